@@ -1,0 +1,8 @@
+"""fedmm: mixture models estimated from data split across clients that cannot pool raw data."""
+
+from .algorithms import DivergenceError
+from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
+
+__version__ = "0.1.0"
+
+__all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "DivergenceError", "__version__"]

@@ -1,0 +1,121 @@
+"""What every component family shares: the parameter container and the interface.
+
+A family owns the statistics of one component model ``p_r(.; theta)``
+(FedGrEM Sec. 2.1, eq. (1)): log-density, posterior, gradient of
+``Q-hat`` (Sec. 2.3), closed-form M-step and parameter counts. Algorithms only
+call the methods below, so a new family never touches an algorithm.
+"""
+
+from abc import ABC, abstractmethod
+from typing import NamedTuple
+
+import numpy as np
+
+# Added to responsibility sums before dividing, as scikit-learn does, so that
+# an empty component gives a finite (if meaningless) estimate instead of NaN.
+_TINY = 10 * np.finfo(np.float64).eps
+
+
+class MixtureParams(NamedTuple):
+    """Per-client mixture parameters.
+
+    Attributes
+    ----------
+    weights : ndarray of shape (K, R)
+        Mixing proportions ``w_r^{(k)}``.
+    theta : ndarray of shape (K, R, p)
+        Component parameters ``theta_r^{(k)}`` (means, or regression coefficients).
+    scale : ndarray of shape (K, R, s)
+        Variances: component variances of a GMM (``s`` = 1 or ``d``) or the
+        noise variance of a regression component (``s`` = 1).
+    """
+
+    weights: np.ndarray
+    theta: np.ndarray
+    scale: np.ndarray
+
+    def take(self, index):
+        """Parameters of the clients in ``index`` (in that order)."""
+        return MixtureParams(*(a[index] for a in self))
+
+    def where(self, mask, other):
+        """Client by client: these parameters where ``mask`` (K,) is true, ``other``'s elsewhere."""
+        return MixtureParams(*(np.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+                               for a, b in zip(self, other)))
+
+    def broadcast(self, n_clients):
+        """Repeat the parameters of a single client for ``n_clients`` clients."""
+        return MixtureParams(*(np.repeat(a[:1], n_clients, axis=0) for a in self))
+
+    def permute(self, perms):
+        """Relabel components: client ``k``'s component ``r`` becomes its old ``perms[k, r]``."""
+        rows = np.arange(len(perms))[:, None]
+        return MixtureParams(*(a[rows, perms] for a in self))
+
+    def is_finite(self):
+        """(K,) bool: whether each client's parameters are all finite."""
+        return np.all([np.isfinite(a).reshape(len(a), -1).all(axis=1) for a in self], axis=0)
+
+
+def pool_stats(stats):
+    """Sum per-client statistics over clients (leading axis kept, of length 1)."""
+    return type(stats)(*(None if f is None else f.sum(axis=0, keepdims=True) for f in stats))
+
+
+def one_hot(labels, n_components):
+    """Hard responsibilities (n, R) from labels (n,)."""
+    resp = np.zeros((len(labels), n_components))
+    resp[np.arange(len(labels)), labels] = 1.0
+    return resp
+
+
+class Family(ABC):
+    """Interface of a component family (see :class:`GaussianFamily`, :class:`RegressionFamily`).
+
+    Statistics are per-client sums over samples, as a NamedTuple whose first
+    field is ``N`` (K, R), the responsibility sums; so ``w_hat = N / n_k`` (the
+    M-step for the mixing proportions in FedGrEM Algorithm 1) is the same for
+    every family.
+    """
+
+    needs_y = False
+
+    def design(self, X):
+        """The matrix the component parameters act on (``X`` itself unless overridden)."""
+        return X
+
+    def param_dim(self, n_features):
+        """``p``, the length of one ``theta_r``, for ``n_features`` input features."""
+        return n_features
+
+    @abstractmethod
+    def estep(self, data, params):
+        """E-step of all clients: ``(loglik (K,), statistics)``."""
+
+    @abstractmethod
+    def log_resp(self, data, params):
+        """Per-sample log-likelihood (n,) and log posteriors (n, R)."""
+
+    @abstractmethod
+    def stats_from_resp(self, data, resp):
+        """Statistics of all clients for given responsibilities (n, R)."""
+
+    @abstractmethod
+    def m_step(self, stats):
+        """Closed-form maximizer of ``Q-hat``: ``(theta, scale)`` per client."""
+
+    @abstractmethod
+    def gradient_step(self, stats, params, eta, n_k):
+        """``theta + eta * d/dtheta Q-hat`` per client (FedGrEM Algorithm 1, M-step)."""
+
+    @abstractmethod
+    def update_scale(self, stats, theta):
+        """Variances that maximize ``Q-hat`` for fixed ``theta``."""
+
+    @abstractmethod
+    def initial_resp(self, X, y, n_components, random_state):
+        """Starting responsibilities (n, R) for one client's (or the pooled) data."""
+
+    @abstractmethod
+    def n_parameters(self, n_components, n_features):
+        """Free parameters of one mixture, mixing proportions included."""

@@ -1,0 +1,123 @@
+"""Simulated federated mixtures with a known truth (FedGrEM Sec. 4.1, App. B.1).
+
+The default centres are App. B.1's five centres in ``R^10``. The paper prints
+the last entry of the second centre as ``-`` (the digit is lost); fedmm reads
+it as ``-1``. Every client's parameters are the centres moved by exactly
+``h`` in a random direction, ``theta_r^{(k)} = centre_r + h z / ||z||``, and
+its mixing proportions are drawn from ``Dirichlet(concentration * 1_R)``.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+__all__ = ["PAPER_CENTERS", "Truth", "make_federated_gmm", "make_federated_mor"]
+
+PAPER_CENTERS = np.array([
+    [1, 0, 3, -1, 1, -1, 0, 1, 1, -1],
+    [0, 1, -1, -3, 2, -1, 2, -1, 1, -1],   # last entry lost in print; read as -1
+    [-3, -1, 2, -1, 2, -1, 1, -3, -1, -2],
+    [1, -2, 0, -1, -2, 2, 1, 3, 1, -1],
+    [3, 1, 2, -1, -2, 1, 2, -1, -1, 2],
+], dtype=float)
+
+
+class Truth(NamedTuple):
+    """The parameters the data were drawn from.
+
+    Attributes
+    ----------
+    weights : ndarray of shape (K, R)
+    theta : ndarray of shape (K, R, d)
+        Means (GMM) or regression coefficients (MoR).
+    outliers : ndarray of shape (K,), bool
+        Clients whose data do not follow the mixture (their ``weights`` and
+        ``theta`` are drawn but unused).
+    centers : ndarray of shape (R, d)
+    labels : list of ndarray
+        Component of every sample (-1 on outlier clients).
+    """
+
+    weights: np.ndarray
+    theta: np.ndarray
+    outliers: np.ndarray
+    centers: np.ndarray
+    labels: list
+
+
+def _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng):
+    centers = PAPER_CENTERS if centers is None else np.asarray(centers, dtype=float)
+    R, d = centers.shape
+    z = rng.standard_normal((n_clients, R, d))
+    theta = centers + h * z / np.linalg.norm(z, axis=-1, keepdims=True)
+    weights = rng.dirichlet(np.full(R, float(concentration)), size=n_clients)
+    outliers = np.zeros(n_clients, dtype=bool)
+    outliers[list(outlier_clients)] = True
+    n_k = np.broadcast_to(np.asarray(n_samples), (n_clients,))
+    labels = [np.full(n, -1) if out else rng.choice(R, size=n, p=w)
+              for n, w, out in zip(n_k, weights, outliers)]
+    return Truth(weights, theta, outliers, centers, labels)
+
+
+def make_federated_gmm(n_clients=10, n_samples=150, *, centers=None, h=0.0, concentration=5.0,
+                       outlier_clients=(), random_state=None):
+    """Draw a federated Gaussian mixture with identity covariances (FedGrEM eq. (4)).
+
+    Parameters
+    ----------
+    n_clients : int
+    n_samples : int or sequence of int
+        Samples per client (one number for all, or one per client).
+    centers : array-like of shape (R, d), optional
+        Component centres; App. B.1's five centres in ``R^10`` by default.
+    h : float
+        Every client's mean sits at distance exactly ``h`` from its centre.
+    concentration : float
+        Mixing proportions are ``Dirichlet(concentration * 1_R)`` (App. B.1: 5).
+    outlier_clients : sequence of int
+        Clients whose data are ``N(2 * 1_d, 3 I_d)`` instead (App. B.1, with
+        ``3 I`` read as the covariance).
+    random_state : int, RandomState instance or None
+
+    Returns
+    -------
+    X : list of ndarray of shape (n_k, d)
+    truth : Truth
+    """
+    rng = check_random_state(random_state)
+    truth = _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng)
+    d = truth.centers.shape[1]
+    X = []
+    for k, labels in enumerate(truth.labels):
+        if truth.outliers[k]:
+            X.append(2.0 + np.sqrt(3.0) * rng.standard_normal((len(labels), d)))
+        else:
+            X.append(truth.theta[k, labels] + rng.standard_normal((len(labels), d)))
+    return X, truth
+
+
+def make_federated_mor(n_clients=10, n_samples=150, *, centers=None, h=0.0, concentration=5.0,
+                       outlier_clients=(), random_state=None):
+    """Draw a federated mixture of linear regressions with unit noise (FedGrEM eq. (5)).
+
+    ``x ~ N(0, I_d)`` and ``y = x^T theta_z + N(0, 1)``; on outlier clients
+    ``y = x^T (3 * 1_d) + N(0, 1)`` (App. B.1). Parameters as in
+    :func:`make_federated_gmm`, with ``centers`` the regression coefficients.
+
+    Returns
+    -------
+    X : list of ndarray of shape (n_k, d)
+    y : list of ndarray of shape (n_k,)
+    truth : Truth
+    """
+    rng = check_random_state(random_state)
+    truth = _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng)
+    d = truth.centers.shape[1]
+    X, y = [], []
+    for k, labels in enumerate(truth.labels):
+        Xk = rng.standard_normal((len(labels), d))
+        coef = np.full((len(labels), d), 3.0) if truth.outliers[k] else truth.theta[k, labels]
+        X.append(Xk)
+        y.append(np.einsum("ij,ij->i", Xk, coef) + rng.standard_normal(len(labels)))
+    return X, y, truth

@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+
+from fedmm.data import FederatedData
+
+
+def test_list_input_is_packed_contiguously(rng):
+    Xs = [rng.randn(3, 2), rng.randn(5, 2), rng.randn(1, 2)]
+    data = FederatedData.from_input(Xs)
+    assert data.X.flags.c_contiguous and data.X.dtype == np.float64
+    np.testing.assert_array_equal(data.offsets, [0, 3, 8, 9])
+    np.testing.assert_array_equal(data.n_samples, [3, 5, 1])
+    for k, Xk in enumerate(Xs):
+        np.testing.assert_array_equal(data.client(k)[0], Xk)
+    assert [a.shape[0] for a in data.split(np.arange(9))] == [3, 5, 1]
+
+
+def test_groups_input_sorts_by_client_and_restores_order(rng):
+    X = rng.randn(7, 2)
+    y = rng.randn(7)
+    groups = np.array(["b", "a", "b", "c", "a", "a", "c"])
+    data = FederatedData.from_input(X, y, groups=groups)
+    np.testing.assert_array_equal(data.client_ids, ["a", "b", "c"])
+    np.testing.assert_array_equal(data.n_samples, [3, 2, 2])
+    np.testing.assert_array_equal(data.client(0)[0], X[groups == "a"])
+    np.testing.assert_array_equal(data.client(1)[1], y[groups == "b"])
+    np.testing.assert_array_equal(data.to_caller_order(data.X), X)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.nan, "client 1: X contains NaN or infinity in 1 row"),
+    (np.inf, "client 1: X contains NaN or infinity"),
+])
+def test_non_finite_values_name_the_client(rng, bad, message):
+    Xs = [rng.randn(4, 2), rng.randn(4, 2)]
+    Xs[1][2, 0] = bad
+    with pytest.raises(ValueError, match=message):
+        FederatedData.from_input(Xs)
+
+
+def test_non_finite_y_names_the_client(rng):
+    y = [rng.randn(4), rng.randn(4)]
+    y[0][1] = np.nan
+    with pytest.raises(ValueError, match="client 0: y contains NaN"):
+        FederatedData.from_input([rng.randn(4, 2), rng.randn(4, 2)], y)
+
+
+def test_wrong_dimension_names_the_client(rng):
+    with pytest.raises(ValueError, match="client 2 has 3 features, expected 2"):
+        FederatedData.from_input([rng.randn(4, 2), rng.randn(4, 2), rng.randn(4, 3)])
+
+
+def test_one_dimensional_client_suggests_reshape(rng):
+    with pytest.raises(ValueError, match=r"client 0: X must be 2-D.*reshape\(-1, 1\)"):
+        FederatedData.from_input([rng.randn(4)])
+
+
+def test_empty_client_is_refused(rng):
+    with pytest.raises(ValueError, match="client 1 has no samples"):
+        FederatedData.from_input([rng.randn(4, 2), np.empty((0, 2))])
+
+
+def test_groups_name_the_client_by_its_id(rng):
+    X = rng.randn(6, 2)
+    X[4, 1] = np.nan
+    with pytest.raises(ValueError, match="groups value 'x'"):
+        FederatedData.from_input(X, groups=["w", "w", "w", "x", "x", "x"])
+
+
+def test_y_length_mismatch(rng):
+    with pytest.raises(ValueError, match="client 0: y must be 1-D with one entry per row"):
+        FederatedData.from_input([rng.randn(4, 2)], [rng.randn(3)])
+    with pytest.raises(ValueError, match="y is required"):
+        FederatedData.from_input([rng.randn(4, 2)], require_y=True)
+
+
+def test_single_array_without_groups_is_refused(rng):
+    with pytest.raises(ValueError, match="needs groups="):
+        FederatedData.from_input(rng.randn(4, 2))
+
+
+def test_too_few_samples(rng):
+    data = FederatedData.from_input([rng.randn(10, 2), rng.randn(2, 2)])
+    with pytest.raises(ValueError, match=r"client 1 \(n=2\) has fewer samples than n_components=3"):
+        data.check_components(3, per_client=True)
+    with pytest.warns(UserWarning, match="client 1"):
+        data.check_components(3, per_client=False)
+    with pytest.raises(ValueError, match="12 samples in all cannot fit 13 components"):
+        data.check_components(13, per_client=False)
