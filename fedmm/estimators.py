@@ -86,7 +86,7 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     # --- evaluation on (new) data of fitted clients ------------------------------------
 
-    def _prepare(self, X, y, client, groups):
+    def _prepare(self, X, y, client, groups, require_y=True):
         """Validate data for evaluation; return it with the matching clients' parameters.
 
         ``unpack`` turns a per-sample result back into the caller's layout: a
@@ -94,25 +94,26 @@ class _FederatedMixture(BaseEstimator, ABC):
         """
         check_is_fitted(self, "params_")
         d = self.n_features_in_
+        require_y = require_y and self._family.needs_y
         if client is not None:
             if isinstance(X, (list, tuple)):
                 raise ValueError("client= goes with one array X, not a list of client arrays.")
             data = FederatedData.from_input([X], None if y is None else [y], n_features=d,
-                                            require_y=self._family.needs_y)
+                                            require_y=require_y)
             index = self._client_index([client])
             unpack = lambda values: values  # noqa: E731
         elif isinstance(X, (list, tuple)):
             if len(X) != self.n_clients_:
                 raise ValueError(f"Got {len(X)} client arrays but the model was fitted on {self.n_clients_} "
                                  "clients; pass all of them in order, or one array with client=.")
-            data = FederatedData.from_input(X, y, n_features=d, require_y=self._family.needs_y)
+            data = FederatedData.from_input(X, y, n_features=d, require_y=require_y)
             index = np.arange(self.n_clients_)
             unpack = data.split
         elif groups is None:
             raise ValueError("Pass a list with one array per client, or one array with client=<id> "
                              "(whose parameters to use) or groups=<client id of each row>.")
         else:
-            data = FederatedData.from_input(X, y, groups, n_features=d, require_y=self._family.needs_y)
+            data = FederatedData.from_input(X, y, groups, n_features=d, require_y=require_y)
             index = self._client_index(data.client_ids)
             unpack = data.to_caller_order
         return data.with_X(self._family.design(data.X)), self.params_.take(index), unpack
@@ -383,7 +384,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         use), or one array with ``groups=`` (each row's client id). Results come
         back in the same layout.
         """
-        data, params, unpack = self._prepare(X, None, client, groups)
+        data, params, unpack = self._prepare(X, None, client, groups, require_y=False)
         owner = np.repeat(np.arange(data.n_clients), data.n_samples)
         coef = np.einsum("kr,krp->kp", params.weights, params.theta)
         return unpack(np.einsum("np,np->n", data.X, coef[owner]))

@@ -111,17 +111,19 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
     history = []
     previous = None
     converged = False
-    for t in range(1, max_iter + 1):
-        loglik, stats = family.estep(data, params)
-        params = algorithm.step(family, stats, params, n_k)
-        _check_finite(params, loglik, t)
-        mean_ll = loglik / n_k
-        history.append(loglik.sum() / n_k.sum())
-        if previous is not None and np.max(np.abs(mean_ll - previous)) < tol:
-            converged = True
-            break
-        previous = mean_ll
-    loglik, _ = family.estep(data, params)
+    # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(1, max_iter + 1):
+            loglik, stats = family.estep(data, params)
+            params = algorithm.step(family, stats, params, n_k)
+            _check_finite(params, loglik, t)
+            mean_ll = loglik / n_k
+            history.append(loglik.sum() / n_k.sum())
+            if previous is not None and np.max(np.abs(mean_ll - previous)) < tol:
+                converged = True
+                break
+            previous = mean_ll
+        loglik, _ = family.estep(data, params)
     _check_finite(params, loglik, t)
     return FitResult(params, t, converged, np.asarray(history), loglik)
 

@@ -1,0 +1,141 @@
+import numpy as np
+import pytest
+
+from fedmm.data import FederatedData
+from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
+from fedmm.kernels._numpy import _gaussian_log_prob, _regression_log_prob
+
+
+def _gaussian_setup(rng, covariance_type, K=2, R=3, d=4):
+    family = GaussianFamily(covariance_type)
+    data = FederatedData.from_input([rng.randn(40, d) + k for k in range(K)])
+    s = d if covariance_type == "diag" else 1
+    scale = np.ones((K, R, 1)) if covariance_type == "identity" else rng.uniform(0.5, 2.0, (K, R, s))
+    params = MixtureParams(rng.dirichlet(np.ones(R), size=K), rng.randn(K, R, d), scale)
+    return family, data, params
+
+
+def _regression_setup(rng, noise_variance, fit_intercept, K=2, R=3, d=3):
+    family = RegressionFamily(fit_intercept, noise_variance)
+    X = [rng.randn(40, d) for _ in range(K)]
+    y = [rng.randn(40) for _ in range(K)]
+    data = FederatedData.from_input(X, y)
+    data = data.with_X(family.design(data.X))
+    p = family.param_dim(d)
+    scale = rng.uniform(0.5, 2.0, (K, R, 1))
+    params = MixtureParams(rng.dirichlet(np.ones(R), size=K), rng.randn(K, R, p), scale)
+    return family, data, params
+
+
+def _q_hat(log_prob, resp, n):
+    """Q-hat(theta | w', theta') = (1/n) sum_i sum_r g_ir log p_r(x_i; theta_r) (FedGrEM Sec. 2.3)."""
+    return (resp * log_prob).sum() / n
+
+
+def _numeric_gradient(f, theta, h=1e-6):
+    grad = np.zeros_like(theta)
+    for idx in np.ndindex(theta.shape):
+        up, down = theta.copy(), theta.copy()
+        up[idx] += h
+        down[idx] -= h
+        grad[idx] = (f(up) - f(down)) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag"])
+def test_gaussian_gradient_step_follows_the_gradient_of_q_hat(rng, covariance_type):
+    family, data, params = _gaussian_setup(rng, covariance_type)
+    _, log_resp = family.log_resp(data, params)
+    resp = np.exp(log_resp)
+    _, stats = family.estep(data, params)
+    n_k = data.n_samples
+    eta = np.ones(params.weights.shape)
+    step = (family.gradient_step(stats, params, eta, n_k) - params.theta) / params.scale  # = d Q-hat / d theta
+    for k in range(data.n_clients):
+        Xk, _ = data.client(k)
+        rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        grad = _numeric_gradient(lambda th: _q_hat(_gaussian_log_prob(Xk, th, params.scale[k]), rk, n_k[k]),
+                                 params.theta[k])
+        np.testing.assert_allclose(step[k], grad, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_regression_gradient_step_follows_the_gradient_of_q_hat(rng, fit_intercept):
+    family, data, params = _regression_setup(rng, 1.0, fit_intercept)
+    params = params._replace(scale=np.ones_like(params.scale))  # the paper's unit noise: step = gradient
+    resp = np.exp(family.log_resp(data, params)[1])
+    _, stats = family.estep(data, params)
+    n_k = data.n_samples
+    step = family.gradient_step(stats, params, np.ones(params.weights.shape), n_k) - params.theta
+    for k in range(data.n_clients):
+        Xk, yk = data.client(k)
+        rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        grad = _numeric_gradient(lambda th: _q_hat(_regression_log_prob(Xk, yk, th, params.scale[k]), rk, n_k[k]),
+                                 params.theta[k])
+        np.testing.assert_allclose(step[k], grad, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag"])
+def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_spread(rng, covariance_type):
+    family, data, params = _gaussian_setup(rng, covariance_type)
+    _, stats = family.estep(data, params)
+    means, var = family.m_step(stats)
+    moved = family.gradient_step(stats, params._replace(theta=means), np.ones(params.weights.shape),
+                                 data.n_samples)
+    np.testing.assert_allclose(moved, means, atol=1e-12)
+    resp = np.exp(family.log_resp(data, params)[1])
+    for k in range(data.n_clients):
+        Xk, _ = data.client(k)
+        rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        for r in range(3):
+            spread = (rk[:, r:r + 1] * (Xk - means[k, r]) ** 2).sum(0) / rk[:, r].sum()
+            expected = {"identity": [1.0], "spherical": [spread.mean() + 1e-6], "diag": spread + 1e-6}
+            np.testing.assert_allclose(var[k, r], expected[covariance_type], rtol=1e-9)
+
+
+def test_gradient_step_with_eta_one_over_w_is_the_m_step(rng):
+    """With eta = 1 / w_hat (C_eta = 1 at the current weights) gradient EM is EM (App. E.2)."""
+    family, data, params = _gaussian_setup(rng, "identity")
+    _, stats = family.estep(data, params)
+    eta = data.n_samples[:, None] / stats.N
+    np.testing.assert_allclose(family.gradient_step(stats, params, eta, data.n_samples),
+                               family.m_step(stats)[0], rtol=1e-10)
+
+
+@pytest.mark.parametrize("noise_variance", [1.0, 2.5, "shared", "component"])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_regression_m_step_is_weighted_least_squares(rng, noise_variance, fit_intercept):
+    family, data, params = _regression_setup(rng, noise_variance, fit_intercept)
+    _, stats = family.estep(data, params)
+    coef, var = family.m_step(stats)
+    resp = np.exp(family.log_resp(data, params)[1])
+    for k in range(data.n_clients):
+        Xk, yk = data.client(k)
+        rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        rss = []
+        for r in range(3):
+            sw = np.sqrt(rk[:, r])
+            expected = np.linalg.lstsq(Xk * sw[:, None], yk * sw, rcond=None)[0]
+            np.testing.assert_allclose(coef[k, r], expected, rtol=1e-6, atol=1e-8)
+            rss.append((rk[:, r] * (yk - Xk @ coef[k, r]) ** 2).sum())
+        expected_var = {"shared": np.full(3, sum(rss) / len(yk)),
+                        "component": np.array(rss) / rk.sum(0)}.get(noise_variance, np.full(3, noise_variance))
+        np.testing.assert_allclose(var[k, :, 0], expected_var, rtol=1e-6)
+
+
+def test_parameter_counts():
+    assert GaussianFamily("identity").n_parameters(3, 4) == 3 * 4 + 2
+    assert GaussianFamily("spherical").n_parameters(3, 4) == 3 * 4 + 3 + 2
+    assert GaussianFamily("diag").n_parameters(3, 4) == 3 * 4 + 3 * 4 + 2
+    assert RegressionFamily(True, 1.0).n_parameters(3, 4) == 3 * 5 + 2
+    assert RegressionFamily(False, "shared").n_parameters(3, 4) == 3 * 4 + 1 + 2
+    assert RegressionFamily(False, "component").n_parameters(3, 4) == 3 * 4 + 3 + 2
+
+
+def test_bad_family_options():
+    with pytest.raises(ValueError, match="covariance_type"):
+        GaussianFamily("full")
+    with pytest.raises(ValueError, match="noise_variance"):
+        RegressionFamily(True, -1.0)
+    with pytest.raises(ValueError, match="noise_variance"):
+        RegressionFamily(True, "free")
