@@ -15,9 +15,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .algorithms import METHODS, make_algorithm, run_rounds
+from .algorithms import METHODS, fit_restarts, make_algorithm
 from .data import FederatedData
-from .families import GaussianFamily, MixtureParams, RegressionFamily
+from .families import GaussianFamily, RegressionFamily
+from .initialization import align_params, make_starts
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 
@@ -28,6 +29,10 @@ class _FederatedMixture(BaseEstimator, ABC):
     @abstractmethod
     def _make_family(self):
         """The component family these hyper-parameters describe."""
+
+    @abstractmethod
+    def _user_start(self, data):
+        """``(weights, theta)`` from the user's initial values, or None."""
 
     @abstractmethod
     def _publish(self, params):
@@ -54,17 +59,15 @@ class _FederatedMixture(BaseEstimator, ABC):
         data = data.with_X(family.design(data.X))
         rng = check_random_state(self.random_state)
 
-        runs = []
-        for _ in range(self.n_init):
-            start = algorithm.initialize(family, data, self.n_components, rng)
-            runs.append(run_rounds(algorithm, family, data, start, self.max_iter, self.tol))
-        loglik = np.stack([run.loglik for run in runs])            # (n_init, K)
-        best_total = int(np.argmax(loglik.sum(axis=1)))
-        # Per-client strategies fit K independent mixtures: keep each client's best start.
-        choice = np.argmax(loglik, axis=0) if algorithm.per_client else np.full(data.n_clients, best_total)
-        clients = np.arange(data.n_clients)
-        params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
-        used = [runs[i] for i in np.unique(choice)]
+        starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
+                             max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
+                             random_state=rng, user=self._user_start(data))
+        result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
+        params, alignment = result.params, starts[result.start][1]
+        if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
+            # Independent clients label their components in any order; relabel the final
+            # estimates so that component r means the same thing on every client.
+            params, alignment = align_params(params, self.alignment, rng)
 
         self._family = family
         self._per_client = algorithm.per_client
@@ -72,11 +75,12 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.client_ids_ = data.client_ids
         self.params_ = params
         self.weights_ = params.weights
-        self.n_iter_ = max(run.n_iter for run in used)
-        self.converged_ = all(run.converged for run in used)
-        self.history_ = runs[best_total].history
-        self.log_likelihood_ = loglik[choice, clients] / data.n_samples
-        self.lower_bound_ = loglik[choice, clients].sum() / data.n_samples.sum()
+        self.alignment_ = alignment
+        self.n_iter_ = result.n_iter
+        self.converged_ = result.converged
+        self.history_ = result.history
+        self.log_likelihood_ = result.loglik / data.n_samples
+        self.lower_bound_ = result.loglik.sum() / data.n_samples.sum()
         self._publish(params)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
@@ -169,6 +173,17 @@ _SHARED_PARAMS_DOC = """
         Maximum number of rounds (E-step + M-step on every client).
     tol : float, default=1e-3
         Stop when no client's mean log-likelihood per sample changes by this much.
+    init : {"auto", "family", "local-em", "common"}, default="auto"
+        How starts are made (``docs/alignment.md``): the family's start on each
+        client (or the pooled data), local EM on every client then alignment,
+        or one start broadcast to all clients. "auto" is the method's default
+        ("family" for the local and pooled methods). Ignored when initial
+        values are given.
+    alignment : {"consensus", "stepwise", "greedy", "exhaustive"} or None, default="consensus"
+        How per-client labels are aligned (:func:`fedmm.alignment.align`):
+        per-client starts of methods that pool estimates, and the final
+        estimates of the local methods, so that component ``r`` is the same
+        component on every client. None leaves labels as estimated.
     C_eta : float, default=1.0
         Gradient methods take step ``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}``
         (FedGrEM App. A.1, Cor. A.12; App. B.1 tests 0.55 to 1.35).
@@ -190,6 +205,10 @@ _SHARED_ATTRS_DOC = """
         Mean log-likelihood per sample of every client at the fitted parameters.
     lower_bound_ : float
         Mean log-likelihood per sample over all clients.
+    alignment_ : Alignment or None
+        The permutations applied to align the clients' labels (``perms``, of
+        shape (n_clients, n_components)), their score and method; None when
+        none were applied.
     history_ : ndarray of shape (n_iter_,)
         Mean log-likelihood per sample, round by round, of the start with the
         highest total log-likelihood.
@@ -208,6 +227,10 @@ class FederatedGaussianMixture(_FederatedMixture):
         per-component variances (an extension beyond the paper's theory).
     reg_covar : float, default=1e-6
         Added to estimated variances.
+    weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
+        Initial mixing proportions (uniform by default when ``means_init`` is given).
+    means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
+        Initial means; when given, they are the only start (assumed aligned).
 
     Attributes
     ----------
@@ -228,16 +251,28 @@ class FederatedGaussianMixture(_FederatedMixture):
     """
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
-                 max_iter=100, tol=1e-3, C_eta=1.0, reg_covar=1e-6, random_state=None):
+                 max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, reg_covar=1e-6,
+                 weights_init=None, means_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.init = init
+        self.alignment = alignment
         self.C_eta = C_eta
         self.reg_covar = reg_covar
+        self.weights_init = weights_init
+        self.means_init = means_init
         self.random_state = random_state
+
+    def _user_start(self, data):
+        if self.means_init is None:
+            if self.weights_init is not None:
+                raise ValueError("weights_init needs means_init: a start fixes both.")
+            return None
+        return self.weights_init, self.means_init
 
     def _make_family(self):
         return GaussianFamily(self.covariance_type, self.reg_covar)
@@ -321,6 +356,11 @@ class FederatedMixtureRegression(_FederatedMixture):
     noise_variance : float or {{"shared", "component"}}, default=1.0
         A number fixes the noise variance (1.0 is the paper's model);
         ``"shared"`` estimates one per client, ``"component"`` one per component.
+    weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
+        Initial mixing proportions (uniform by default when ``coef_init`` is given).
+    coef_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
+        Initial coefficients (intercepts start at 0); when given, they are the
+        only start (assumed aligned).
 
     Attributes
     ----------
@@ -337,7 +377,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     """
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
-                 n_init=1, max_iter=100, tol=1e-3, C_eta=1.0, random_state=None):
+                 n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
+                 weights_init=None, coef_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -345,8 +386,22 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.init = init
+        self.alignment = alignment
         self.C_eta = C_eta
+        self.weights_init = weights_init
+        self.coef_init = coef_init
         self.random_state = random_state
+
+    def _user_start(self, data):
+        if self.coef_init is None:
+            if self.weights_init is not None:
+                raise ValueError("weights_init needs coef_init: a start fixes both.")
+            return None
+        coef = np.asarray(self.coef_init, dtype=float)
+        if self.fit_intercept:
+            coef = np.concatenate([coef, np.zeros(coef.shape[:-1] + (1,))], axis=-1)
+        return self.weights_init, coef
 
     def _make_family(self):
         return RegressionFamily(self.fit_intercept, self.noise_variance)

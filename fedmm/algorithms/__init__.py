@@ -1,6 +1,6 @@
 """Estimation strategies, selected by name through the estimators' ``method=``."""
 
-from ._base import Algorithm, DivergenceError, FitResult, run_rounds
+from ._base import Algorithm, DivergenceError, FitResult, fit_restarts, run_rounds
 from .local import LocalEM, LocalGrEM
 from .pooled import PooledEM, PooledGrEM
 
@@ -11,7 +11,8 @@ METHODS = {
     "pooled-grem": PooledGrEM,
 }
 
-__all__ = ["METHODS", "Algorithm", "DivergenceError", "FitResult", "run_rounds", "make_algorithm"]
+__all__ = ["METHODS", "Algorithm", "DivergenceError", "FitResult", "fit_restarts", "run_rounds",
+           "make_algorithm"]
 
 
 def make_algorithm(method, **options):

@@ -11,10 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..families import MixtureParams, pool_stats
+from ..families import MixtureParams
 
-__all__ = ["Algorithm", "DivergenceError", "FitResult", "run_rounds", "em_update", "grem_update",
-           "step_sizes"]
+__all__ = ["Algorithm", "DivergenceError", "FitResult", "run_rounds", "fit_restarts", "em_update",
+           "grem_update", "step_sizes"]
 
 
 class DivergenceError(RuntimeError):
@@ -27,6 +27,7 @@ class FitResult(NamedTuple):
     converged: bool
     history: np.ndarray  # mean log-likelihood per sample over all clients, one entry per round
     loglik: np.ndarray   # (K,) each client's log-likelihood at the returned parameters
+    start: int = 0       # fit_restarts: the start with the best total log-likelihood
 
 
 def em_update(family, stats, n_k):
@@ -61,29 +62,20 @@ class Algorithm(ABC):
     ----------
     per_client : bool
         True when each client's mixture is estimated from that client's data
-        alone: starts are drawn per client, restarts are compared per client,
-        and every client needs at least ``n_components`` samples. False when
-        one estimate is shared through the server.
+        alone: restarts are compared per client, and every client needs at
+        least ``n_components`` samples.
+    shared : bool
+        True when all clients end with one common estimate (pooled methods).
+    default_init : str
+        The start ``init="auto"`` means (see :mod:`fedmm.initialization`).
     """
 
     per_client = True
+    shared = False
+    default_init = "family"
 
     def __init__(self, C_eta=1.0):
         self.C_eta = C_eta
-
-    def initialize(self, family, data, n_components, random_state):
-        """Starting parameters: the family's starting responsibilities, then one M-step.
-
-        Per-client strategies start each client from its own data; shared ones
-        start from the pooled data.
-        """
-        if self.per_client:
-            resp = np.concatenate([family.initial_resp(*data.client(k), n_components, random_state)
-                                   for k in range(data.n_clients)])
-            return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
-        resp = family.initial_resp(data.X, data.y, n_components, random_state)
-        stats = pool_stats(family.stats_from_resp(data, resp))
-        return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
 
     def start(self, params, n_k):
         """Fix per-run quantities from the starting point (the gradient step sizes)."""
@@ -126,6 +118,26 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
         loglik, _ = family.estep(data, params)
     _check_finite(params, loglik, t)
     return FitResult(params, t, converged, np.asarray(history), loglik)
+
+
+def fit_restarts(algorithm, family, data, starts, max_iter, tol):
+    """Run from every start and keep the best log-likelihood.
+
+    Per-client strategies fit independent problems, so each client keeps its
+    own best start; the others keep the start with the best total.
+    ``n_iter`` and ``converged`` describe the runs that were kept; ``history``
+    is that of the run with the best total.
+    """
+    runs = [run_rounds(algorithm, family, data, start, max_iter, tol) for start in starts]
+    loglik = np.stack([run.loglik for run in runs])                 # (n_starts, K)
+    best_total = int(np.argmax(loglik.sum(axis=1)))
+    K = data.n_clients
+    choice = np.argmax(loglik, axis=0) if algorithm.per_client else np.full(K, best_total)
+    clients = np.arange(K)
+    params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
+    kept = [runs[i] for i in np.unique(choice)]
+    return FitResult(params, max(r.n_iter for r in kept), all(r.converged for r in kept),
+                     runs[best_total].history, loglik[choice, clients], best_total)
 
 
 def _check_finite(params, loglik, t):

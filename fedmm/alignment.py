@@ -1,0 +1,350 @@
+"""Permutation alignment of component labels across clients (FedGrEM App. C).
+
+Local estimates are defined only up to a relabelling of their components, and
+every method that pools estimates across clients needs the non-outlier
+clients to share one labelling (App. C.1). A labelling is a permutation per
+client: ``perms[k, r]`` is the component of client ``k`` that gets label
+``r``, i.e. ``pi_k(r)`` in the paper, so ``theta[k, perms[k]]`` is aligned.
+
+Methods (all return one permutation per client and the score, App. C.2):
+
+- ``"exhaustive"``: the minimizer of the score over all ``(R!)^K`` labellings
+  (Alignment Algorithm 1, Theorem C.2), by exact branch and bound;
+- ``"stepwise"``: Alignment Algorithm 2 (Theorem C.4), clients in a given order;
+- ``"greedy"``: stepwise over ``B`` random client orders, best score kept (what
+  the authors' scripts run, B = 50);
+- ``"consensus"``: fedmm's polynomial method: Hungarian matching of every
+  client to a robust reference (medoid, then coordinate-wise median),
+  iterated to a fixed point. It needs neither non-outliers first nor ``R!``.
+"""
+
+import itertools
+from math import factorial
+from typing import NamedTuple
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import pdist
+from sklearn.utils import check_random_state
+
+__all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions"]
+
+ALIGNMENT_METHODS = ("consensus", "stepwise", "greedy", "exhaustive")
+
+
+class Alignment(NamedTuple):
+    """Result of an alignment.
+
+    Attributes
+    ----------
+    perms : ndarray of shape (K, R)
+        ``theta[k, perms[k]]`` is client ``k``'s estimate in the common labelling.
+    score : float
+        ``score(theta, perms)`` (App. C.2); smaller is better aligned.
+    method : str
+    """
+
+    perms: np.ndarray
+    score: float
+    method: str
+
+
+def score(theta, perms):
+    """``score(pi, K) = sum_r sum_{k != k'} ||theta^(k)_{pi_k(r)} - theta^(k')_{pi_k'(r)}||_2`` (App. C.2).
+
+    Parameters
+    ----------
+    theta : ndarray of shape (K, R, p)
+    perms : ndarray of shape (K, R)
+    """
+    aligned = theta[np.arange(len(theta))[:, None], perms]
+    # pdist counts each unordered pair once; the paper's sum is over ordered pairs.
+    return float(sum(2.0 * pdist(aligned[:, r]).sum() for r in range(aligned.shape[1])))
+
+
+def align(theta, method="consensus", *, order=None, n_orders=50, max_candidates=10 ** 8, random_state=None):
+    """Find one permutation per client that aligns their component labels.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (K, R, p)
+        Per-client component parameters (GMM means or regression coefficients).
+    method : {"consensus", "stepwise", "greedy", "exhaustive"}
+    order : sequence of int, optional
+        Client order for ``"stepwise"`` (default: 0, 1, ..., K-1).
+    n_orders : int
+        Number of random orders ``B`` for ``"greedy"``.
+    max_candidates : int
+        ``"exhaustive"`` refuses when the worst case, ``(R!)^(K-1)`` labellings
+        (client 0's labels fixed without loss), exceeds this.
+    random_state : int, RandomState instance or None
+        For ``"greedy"`` orders and ``"consensus"`` reference candidates (when K > 64).
+
+    Returns
+    -------
+    Alignment
+    """
+    theta = np.asarray(theta, dtype=float)
+    if theta.ndim != 3:
+        raise ValueError(f"theta must have shape (K, R, p), got {theta.shape}.")
+    K, R, _ = theta.shape
+    if method == "stepwise":
+        perms = _stepwise(theta, np.arange(K) if order is None else np.asarray(order))
+    elif method == "greedy":
+        rng = check_random_state(random_state)
+        candidates = [_stepwise(theta, rng.permutation(K)) for _ in range(n_orders)]
+        perms = min(candidates, key=lambda p: score(theta, p))
+    elif method == "consensus":
+        perms = _consensus(theta, check_random_state(random_state))
+    elif method == "exhaustive":
+        perms = _exhaustive(theta, max_candidates)
+    else:
+        raise ValueError(f"Unknown alignment method {method!r}; choose one of {ALIGNMENT_METHODS}.")
+    return Alignment(perms, score(theta, perms), method)
+
+
+def _cost(a, b):
+    """``cost[r, s] = ||a_r - b_s||``: the price of giving ``b``'s component ``s`` the label ``r``."""
+    return np.linalg.norm(a[:, None, :] - b[None, :, :], axis=-1)
+
+
+def _match(reference_cost):
+    """The permutation minimizing ``sum_r cost[r, pi(r)]`` (Hungarian algorithm)."""
+    return linear_sum_assignment(reference_cost)[1]
+
+
+def _stepwise(theta, order):
+    """Alignment Algorithm 2: each client in turn takes the labelling closest to those already fixed.
+
+    Client ``k``'s step minimizes ``sum_r sum_{k' fixed} ||theta^(k)_{pi(r)} - theta^(k')_{pi_k'(r)}||``
+    over ``pi``. That is a linear assignment problem in ``pi``, so the Hungarian
+    algorithm finds the same minimizer as the paper's enumeration of ``R!``
+    labellings, in ``O(R^3)``.
+    """
+    K, R, _ = theta.shape
+    perms = np.empty((K, R), dtype=np.intp)
+    perms[order[0]] = np.arange(R)
+    fixed = [theta[order[0]]]
+    for k in order[1:]:
+        cost = sum(_cost(ref, theta[k]) for ref in fixed)
+        perms[k] = _match(cost)
+        fixed.append(theta[k, perms[k]])
+    return perms
+
+
+def _consensus(theta, rng, max_rounds=50, n_reference_candidates=64):
+    """fedmm's polynomial alignment: match every client to a robust reference, to a fixed point.
+
+    1. Reference: the medoid client, the one with the smallest total optimal
+       matching cost to all clients (candidates: all clients, or 64 drawn at
+       random when K > 64). An outlier is far from every inlier, so while
+       outliers are a minority the medoid is an inlier, wherever it stands
+       in the client order.
+    2. Match every client to the reference (Hungarian, ``O(R^3)`` each).
+    3. New reference: the coordinate-wise median of the aligned clients (robust
+       to a minority of outliers); repeat 2-3 until no label changes.
+
+    Cost: ``O(min(K, 64) K R^3)`` for the medoid, ``O(K R^3)`` per round.
+    """
+    K, R, _ = theta.shape
+    candidates = np.arange(K) if K <= n_reference_candidates else rng.choice(K, n_reference_candidates, False)
+    totals = [sum(_matching_cost(theta[c], theta[k]) for k in range(K)) for c in candidates]
+    reference = theta[candidates[int(np.argmin(totals))]]
+    perms = None
+    for _ in range(max_rounds):
+        new = np.array([_match(_cost(reference, theta[k])) for k in range(K)])
+        if perms is not None and np.array_equal(new, perms):
+            break
+        perms = new
+        reference = np.median(theta[np.arange(K)[:, None], perms], axis=0)
+    return perms
+
+
+def _matching_cost(a, b):
+    cost = _cost(a, b)
+    rows, cols = linear_sum_assignment(cost)
+    return cost[rows, cols].sum()
+
+
+def _sci(n):
+    """An integer of any size in 3-digit scientific notation (floats overflow past 1e308)."""
+    digits = str(int(n))
+    return f"{int(digits[:3].ljust(3, '0')) / 100:.2f}e+{len(digits) - 1:02d}"
+
+
+def _exhaustive(theta, max_candidates):
+    """Alignment Algorithm 1: the exact minimizer of the score over all labellings.
+
+    The score does not change when every client is relabelled the same way, so
+    client 0 keeps its labels and the search runs over the other ``K - 1``
+    clients' ``R!`` labellings each, depth first, cutting a branch as soon as
+    its partial score plus a lower bound on the rest reaches the best complete
+    score so far (started from the consensus alignment). Lower bounds: each
+    pair of unlabelled clients costs at least its optimal matching cost, and
+    each unlabelled client at least its best cost against the labelled ones.
+    The answer is the exhaustive minimizer; pruning only skips labellings
+    that provably cannot beat it.
+    """
+    K, R, _ = theta.shape
+    worst = factorial(R) ** (K - 1)
+    if worst > max_candidates:
+        raise ValueError(
+            f"Exhaustive alignment of K={K} clients with R={R} components may score up to "
+            f"(R!)^(K-1) = {factorial(R)}^{K - 1} = {_sci(worst)} labellings, over max_candidates="
+            f"{_sci(max_candidates)}. Use alignment='consensus' (polynomial, robust to outliers in any "
+            "position) or 'greedy', or raise max_candidates.")
+    P = np.array(list(itertools.permutations(range(R))))        # (R!, R)
+    D = {(j, i): _cost(theta[i], theta[j]) for j in range(K) for i in range(j)}  # D[j, i][r, s]
+
+    def pair_costs(j, i, b):
+        """Cost of every labelling of client j against client i labelled by P[b] (both orders of the pair)."""
+        return 2.0 * D[j, i][P[b][None, :], P].sum(axis=1)
+
+    pair_floor = {(j, i): 2.0 * _matching_cost(theta[i], theta[j]) for (j, i) in D}
+    best = _consensus(theta, np.random.RandomState(0))
+    best_score = [score(theta, best), None]
+    labels = np.zeros(K, dtype=np.intp)                         # index into P; client 0 = identity
+
+    def search(j, partial):
+        if j == K:
+            if partial < best_score[0]:
+                best_score[:] = [partial, labels.copy()]
+            return
+        inc = sum(pair_costs(j, i, labels[i]) for i in range(j))
+        rest = sum(pair_floor[(b, a)] for a in range(j + 1, K) for b in range(a + 1, K))
+        rest += sum(min(sum(pair_costs(m, i, labels[i]) for i in range(j))) for m in range(j + 1, K))
+        for a in np.argsort(inc, kind="stable"):
+            if partial + inc[a] + rest >= best_score[0] - 1e-12:
+                break
+            labels[j] = a
+            search(j + 1, partial + inc[a])
+
+    search(1, 0.0)
+    if best_score[1] is None:  # the starting alignment was already optimal
+        return best
+    return P[best_score[1]]
+
+
+# --- Assumptions C.1 and C.3, given the truth ------------------------------------------
+
+class Condition(NamedTuple):
+    """One inequality of an assumption, with its two sides evaluated."""
+
+    name: str
+    formula: str
+    lhs: float
+    rhs: float
+    holds: bool
+
+
+class AssumptionCheck(NamedTuple):
+    """The conditions of one assumption and the quantities they use.
+
+    Attributes
+    ----------
+    name : str
+    conditions : list of Condition
+    quantities : dict
+        ``Delta`` (separation), ``h`` (similarity), ``e0`` (initial error up to
+        permutation), ``eps`` (outlier fraction), and ``K0`` for C.3.
+    """
+
+    name: str
+    conditions: list
+    quantities: dict
+
+    @property
+    def holds(self):
+        return all(c.holds for c in self.conditions)
+
+    def __str__(self):
+        q = ", ".join(f"{k} = {v:.4g}" for k, v in self.quantities.items())
+        lines = [f"Assumption {self.name}: {'holds' if self.holds else 'fails'}  ({q})"]
+        for c in self.conditions:
+            lines.append(f"  ({c.name}) {c.formula}: {c.lhs:.4g} vs {c.rhs:.4g}  "
+                         f"{'holds' if c.holds else 'FAILS'}")
+        return "\n".join(lines)
+
+
+def check_assumptions(theta_init, theta_true, outliers=None, h=None, order=None):
+    """Check Assumptions C.1 (exhaustive search) and C.3 (stepwise search) of App. C.2.
+
+    Parameters
+    ----------
+    theta_init : ndarray of shape (K, R, p)
+        The per-client estimates to be aligned (any labelling).
+    theta_true : ndarray of shape (K, R, p)
+        The true parameters (outlier clients' entries are ignored).
+    outliers : array-like of bool, shape (K,), optional
+        The outlier clients ``S^c``.
+    h : float, optional
+        Similarity level; by default computed from the truth as the largest
+        over components of the radius of the smallest ball holding every
+        non-outlier client's parameter (Sec. 2.1's definition of ``h``).
+    order : sequence of int, optional
+        Client order of stepwise search; ``K0`` is the number of non-outliers
+        it starts with.
+
+    Returns
+    -------
+    dict
+        ``{"C.1": AssumptionCheck, "C.3": AssumptionCheck}``; ``str()`` of
+        each prints the numbers.
+    """
+    theta_init, theta_true = np.asarray(theta_init, float), np.asarray(theta_true, float)
+    K, R, _ = theta_true.shape
+    outliers = np.zeros(K, bool) if outliers is None else np.asarray(outliers, bool)
+    S = np.flatnonzero(~outliers)
+    eps = outliers.mean()
+    delta = min(pdist(theta_true[k]).min() for k in S)
+    if h is None:
+        h = max(_enclosing_radius(theta_true[S, r]) for r in range(R))
+    e0 = max(_bottleneck(_cost(theta_true[k], theta_init[k])) for k in S)
+    order = np.arange(K) if order is None else np.asarray(order)
+    K0 = int(np.argmax(outliers[order])) if outliers.any() else K
+
+    a, b = (2 + 2 * eps) / (1 - eps) if eps < 1 else np.inf, (4 + 4 * eps) / (1 - eps) if eps < 1 else np.inf
+    c1 = AssumptionCheck("C.1", [
+        Condition("i", "Delta > (2+2eps)/(1-eps) h + (4+4eps)/(1-eps) e0", delta, a * h + b * e0,
+                  delta > a * h + b * e0),
+        Condition("ii", "eps < 1/2", eps, 0.5, eps < 0.5)],
+        {"Delta": delta, "h": h, "e0": e0, "eps": eps})
+    ratio = (K0 + K * eps) / (K0 - K * eps) if K0 > K * eps else np.inf
+    c3 = AssumptionCheck("C.3", [
+        Condition("i", "Delta > 2 (K0+K eps)/(K0-K eps) h + 6 (K0+K eps)/(K0-K eps) e0", delta,
+                  2 * ratio * h + 6 * ratio * e0, delta > 2 * ratio * h + 6 * ratio * e0),
+        Condition("ii", "K0 > K eps", K0, K * eps, K0 > K * eps),
+        Condition("iii", "eps < 1/2", eps, 0.5, eps < 0.5)],
+        {"Delta": delta, "h": h, "e0": e0, "eps": eps, "K0": K0})
+    return {"C.1": c1, "C.3": c3}
+
+
+def _bottleneck(cost):
+    """``min_pi max_r cost[r, pi(r)]``: the smallest threshold admitting a perfect matching."""
+    values = np.unique(cost)
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        blocked = (cost > values[mid]).astype(float)
+        rows, cols = linear_sum_assignment(blocked)
+        if blocked[rows, cols].sum() == 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
+
+
+def _enclosing_radius(points):
+    """Radius of the smallest ball containing ``points`` (m, p): ``min_c max_k ||x_k - c||``."""
+    from scipy.optimize import minimize
+
+    if len(points) == 1:
+        return 0.0
+    c0 = points.mean(axis=0)
+    t0 = ((points - c0) ** 2).sum(axis=1).max()
+    # Variables (c, t) with t the squared radius: minimize t s.t. t >= ||x_k - c||^2 (convex, smooth).
+    res = minimize(lambda v: v[-1], np.append(c0, t0), method="SLSQP",
+                   constraints={"type": "ineq", "fun": lambda v: v[-1] - ((points - v[:-1]) ** 2).sum(axis=1),
+                                "jac": lambda v: np.column_stack([2 * (points - v[:-1]), np.ones(len(points))])},
+                   jac=lambda v: np.eye(len(v))[-1], options={"ftol": 1e-12, "maxiter": 500})
+    return float(np.sqrt(max(((points - res.x[:-1]) ** 2).sum(axis=1).max(), 0.0)))

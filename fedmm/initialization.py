@@ -1,0 +1,139 @@
+"""Starting values for every method (FedGrEM App. C.1 and B: local EM starts, then alignment).
+
+``init`` chooses how the starts are made:
+
+- ``"family"``: the family's own start (k-means for Gaussians, a random
+  partition for regressions) then one M-step; on each client's data for
+  per-client methods, on the pooled data for pooled ones. One start per
+  restart.
+- ``"local-em"``: local EM with ``n_init`` restarts on every client (each
+  client keeps its best), then the clients' labels are aligned
+  (:mod:`fedmm.alignment`). The paper initializes every federated method so
+  (App. B). One start.
+- ``"common"``: the server broadcasts one start to every client, as FedEM
+  does, so no alignment is needed. The server holds no data: the start is
+  the family's start on one client drawn at random (a new client for each
+  restart), with uniform mixing proportions.
+- user-supplied weights and parameters: one start.
+
+``"auto"`` is the method's own default (``Algorithm.default_init``).
+"""
+
+import numpy as np
+
+from .alignment import align
+from .data import FederatedData
+from .algorithms import fit_restarts
+from .algorithms.local import LocalEM
+from .algorithms._base import em_update
+from .families import MixtureParams, pool_stats
+
+INITS = ("auto", "family", "local-em", "common")
+
+__all__ = ["INITS", "make_starts", "align_params", "family_start", "common_start", "user_start",
+           "local_em_start"]
+
+
+def family_start(family, data, n_components, random_state, pooled):
+    """The family's starting responsibilities, then one M-step (per client, or on the pooled data)."""
+    if pooled:
+        resp = family.initial_resp(data.X, data.y, n_components, random_state)
+        stats = pool_stats(family.stats_from_resp(data, resp))
+        return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
+    resp = np.concatenate([family.initial_resp(*data.client(k), n_components, random_state)
+                           for k in range(data.n_clients)])
+    return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
+
+
+def common_start(family, data, n_components, random_state):
+    """One client's family start, broadcast to every client with uniform proportions."""
+    k = random_state.randint(data.n_clients)
+    X, y = data.client(k)
+    if len(X) < n_components:
+        raise ValueError(f"init='common' drew client {k}, which has fewer samples ({len(X)}) than "
+                         f"n_components={n_components}; use another init.")
+    resp = family.initial_resp(X, y, n_components, random_state)
+    one = FederatedData(X, y, np.array([0, len(X)]), data.client_ids[k:k + 1])
+    start = em_update(family, family.stats_from_resp(one, resp), one.n_samples).broadcast(data.n_clients)
+    return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
+
+
+def user_start(family, data, weights, theta):
+    """A start from given weights (K, R) or (R,) and parameters (K, R, p) or (R, p).
+
+    Variances are those that maximize Q-hat at ``theta`` under the
+    responsibilities of a unit-variance start (fixed ones stay fixed).
+    """
+    K = data.n_clients
+    theta = np.asarray(theta, dtype=float)
+    R, p = theta.shape[-2:]
+    if theta.ndim == 2:
+        theta = np.broadcast_to(theta, (K, R, p)).copy()
+    weights = np.full((K, R), 1.0 / R) if weights is None else np.asarray(weights, dtype=float)
+    if weights.ndim == 1:
+        weights = np.broadcast_to(weights, (K, R)).copy()
+    if theta.shape != (K, R, p) or weights.shape != (K, R):
+        raise ValueError(f"Initial parameters must have shape (R, p) or (K, R, p) = ({K}, {R}, {p}) and "
+                         f"weights (R,) or (K, R); got {theta.shape} and {weights.shape}.")
+    if not (np.all(np.isfinite(theta)) and np.all(weights > 0) and np.allclose(weights.sum(axis=1), 1.0)):
+        raise ValueError("Initial weights must be positive and sum to 1 on every client, "
+                         "and initial parameters finite.")
+    unit = MixtureParams(weights, theta, np.ones((K, R, 1)))
+    _, stats = family.estep(data, unit)
+    return unit._replace(scale=family.update_scale(stats, theta))
+
+
+def align_params(params, method, random_state):
+    """Relabel every client's components into one labelling; returns ``(params, Alignment)``."""
+    alignment = align(params.theta, method, random_state=random_state)
+    return params.permute(alignment.perms), alignment
+
+
+def local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state):
+    """Local EM on every client (best of ``n_init`` per client), aligned across clients."""
+    starts = [family_start(family, data, n_components, random_state, pooled=False) for _ in range(n_init)]
+    local = fit_restarts(LocalEM(), family, data, starts, max_iter, tol).params
+    return _aligned(local, alignment, random_state)
+
+
+def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
+                random_state, user=None):
+    """All starting points of one fit, each with the alignment applied to it (or None).
+
+    Per-client starts of a method that pools estimates across clients are
+    aligned; per-client methods need no alignment (their clients never meet)
+    and shared or common starts have one labelling already.
+
+    Parameters
+    ----------
+    user : tuple (weights, theta), optional
+        User-supplied start; overrides ``init``.
+
+    Returns
+    -------
+    list of (MixtureParams, Alignment or None)
+    """
+    if user is not None:
+        return [(user_start(family, data, *user), None)]
+    if init not in INITS:
+        raise ValueError(f"Unknown init {init!r}; choose one of {INITS}.")
+    init = algorithm.default_init if init == "auto" else init
+    if init == "local-em":
+        if algorithm.shared:
+            raise ValueError("init='local-em' gives every client its own start, but this method shares one "
+                             "estimate across clients; use init='family' or 'common'.")
+        return [local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state)]
+    if init == "common":
+        return [(common_start(family, data, n_components, random_state), None) for _ in range(n_init)]
+    starts = [family_start(family, data, n_components, random_state, pooled=algorithm.shared)
+              for _ in range(n_init)]
+    if algorithm.per_client or algorithm.shared:
+        return [(start, None) for start in starts]
+    return [_aligned(start, alignment, random_state) for start in starts]
+
+
+def _aligned(params, alignment, random_state):
+    if alignment is None:
+        raise ValueError("This method pools the clients' estimates, so per-client starts need an alignment "
+                         "method (alignment='consensus', ...) or init='common'.")
+    return align_params(params, alignment, random_state)

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.algorithms import make_algorithm
+from fedmm.data import FederatedData
+from fedmm.families import GaussianFamily, RegressionFamily
+from fedmm.initialization import make_starts
+from fedmm.metrics import estimation_errors
+from fedmm.simulate import make_federated_gmm, make_federated_mor
+
+CENTERS = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
+
+
+def _starts(method, init, X, **kw):
+    data = FederatedData.from_input(X)
+    options = dict(init=init, n_init=2, max_iter=50, tol=1e-4, alignment="consensus",
+                   random_state=np.random.RandomState(0))
+    options.update(kw)
+    return make_starts(GaussianFamily(), make_algorithm(method), data, 4, **options)
+
+
+def test_local_em_start_is_aligned_across_clients():
+    X, truth = make_federated_gmm(6, 200, centers=CENTERS, h=0.3, random_state=0)
+    (start, alignment), = _starts("local-grem", "local-em", X)
+    assert alignment is not None and alignment.perms.shape == (6, 4)
+    # Aligned: component r sits near the same centre on every client.
+    spread = np.linalg.norm(start.theta - start.theta[0], axis=-1).max()
+    assert spread < 2.0  # centres are 8 apart; clients within h = 0.3, estimates within ~0.5
+
+
+def test_common_start_is_one_start_broadcast_with_uniform_weights():
+    X, _ = make_federated_gmm(5, 100, centers=CENTERS, random_state=1)
+    starts = _starts("local-em", "common", X)
+    assert len(starts) == 2
+    for start, alignment in starts:
+        assert alignment is None
+        np.testing.assert_array_equal(start.theta, np.broadcast_to(start.theta[0], start.theta.shape))
+        np.testing.assert_allclose(start.weights, 0.25)
+
+
+def test_family_starts_of_pooled_methods_are_shared():
+    X, _ = make_federated_gmm(3, 100, centers=CENTERS, random_state=2)
+    for start, alignment in _starts("pooled-em", "auto", X):
+        np.testing.assert_array_equal(start.theta[0], start.theta[2])
+
+
+def test_local_em_start_is_refused_for_shared_methods():
+    X, _ = make_federated_gmm(2, 50, centers=CENTERS, random_state=3)
+    with pytest.raises(ValueError, match="shares one estimate"):
+        _starts("pooled-grem", "local-em", X)
+    with pytest.raises(ValueError, match="Unknown init"):
+        _starts("local-em", "kmeans++", X)
+
+
+def test_user_start_is_used_as_given():
+    X, truth = make_federated_gmm(3, 300, centers=CENTERS, random_state=4)
+    gm = FederatedGaussianMixture(4, means_init=truth.theta, weights_init=truth.weights, max_iter=1,
+                                  alignment=None)
+    with pytest.warns(ConvergenceWarning):
+        gm.fit(X)
+    # One EM round from the truth stays next to the truth, in the truth's labels (no relabelling).
+    w_err, t_err = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta)
+    assert np.all(np.linalg.norm(gm.means_ - truth.theta, axis=-1).max(axis=1) == t_err)
+    assert gm.alignment_ is None and t_err.max() < 0.6
+
+
+def test_user_start_shape_errors():
+    X, _ = make_federated_gmm(3, 50, centers=CENTERS, random_state=5)
+    with pytest.raises(ValueError, match="shape"):
+        FederatedGaussianMixture(4, means_init=np.zeros((2, 4, 2))).fit(X)
+    with pytest.raises(ValueError, match="sum to 1"):
+        FederatedGaussianMixture(4, means_init=np.zeros((4, 2)), weights_init=np.ones(4)).fit(X)
+    with pytest.raises(ValueError, match="weights_init needs means_init"):
+        FederatedGaussianMixture(4, weights_init=np.ones(4) / 4).fit(X)
+
+
+def test_mor_coef_init_with_intercept():
+    X, y, truth = make_federated_mor(2, 400, centers=np.array([[3.0, 0.0], [-3.0, 1.0]]), random_state=6)
+    mr = FederatedMixtureRegression(2, coef_init=truth.centers, tol=1e-6, max_iter=200).fit(X, y)
+    np.testing.assert_allclose(mr.intercept_, 0.0, atol=0.3)
+    _, err = estimation_errors(mr.weights_, mr.coef_, truth.weights, truth.theta)
+    assert err.max() < 4 * np.sqrt(2 / (400 * truth.weights.min()))
+
+
+def test_local_methods_report_aligned_labels_and_the_permutations():
+    X, truth = make_federated_gmm(5, 300, centers=CENTERS, h=0.3, random_state=7)
+    gm = FederatedGaussianMixture(4, n_init=2, random_state=0).fit(X)
+    assert gm.alignment_.perms.shape == (5, 4) and gm.alignment_.method == "consensus"
+    assert np.linalg.norm(gm.means_ - gm.means_[0], axis=-1).max() < 2.0
+    raw = FederatedGaussianMixture(4, n_init=2, random_state=0, alignment=None).fit(X)
+    # Same estimates, relabelled by the recorded permutations.
+    np.testing.assert_allclose(raw.params_.permute(gm.alignment_.perms).theta, gm.means_)
+    assert raw.alignment_ is None

@@ -1,0 +1,27 @@
+"""The validation scripts run (quick mode) and pass their own checks."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "validation" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_alignment_quick(capsys):
+    assert _load("bench_alignment").main(["--quick"]) == 0
+    assert "consensus" in capsys.readouterr().out
+
+
+def test_fig_misalignment(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "fig.png"
+    assert _load("fig_misalignment").main(["--quick", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
