@@ -30,9 +30,14 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _make_family(self):
         """The component family these hyper-parameters describe."""
 
-    @abstractmethod
-    def _user_start(self, data):
+    def _user_start(self, family):
         """``(weights, theta)`` from the user's initial values, or None."""
+        theta = getattr(self, self._theta_init)
+        if theta is None:
+            if self.weights_init is not None:
+                raise ValueError(f"weights_init needs {self._theta_init}: a start fixes both.")
+            return None
+        return self.weights_init, family.design_theta(np.asarray(theta, dtype=float))
 
     @abstractmethod
     def _publish(self, params):
@@ -61,7 +66,7 @@ class _FederatedMixture(BaseEstimator, ABC):
 
         starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
                              max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
-                             random_state=rng, user=self._user_start(data))
+                             random_state=rng, user=self._user_start(family))
         result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
         params, alignment = result.params, starts[result.start][1]
         if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
@@ -250,6 +255,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     (3, 5, 10)
     """
 
+    _theta_init = "means_init"
+
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
                  max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, reg_covar=1e-6,
                  weights_init=None, means_init=None, random_state=None):
@@ -266,13 +273,6 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.weights_init = weights_init
         self.means_init = means_init
         self.random_state = random_state
-
-    def _user_start(self, data):
-        if self.means_init is None:
-            if self.weights_init is not None:
-                raise ValueError("weights_init needs means_init: a start fixes both.")
-            return None
-        return self.weights_init, self.means_init
 
     def _make_family(self):
         return GaussianFamily(self.covariance_type, self.reg_covar)
@@ -376,6 +376,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     ``score`` is the mean log-likelihood per sample, not R^2.
     """
 
+    _theta_init = "coef_init"
+
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
                  n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  weights_init=None, coef_init=None, random_state=None):
@@ -392,16 +394,6 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.random_state = random_state
-
-    def _user_start(self, data):
-        if self.coef_init is None:
-            if self.weights_init is not None:
-                raise ValueError("weights_init needs coef_init: a start fixes both.")
-            return None
-        coef = np.asarray(self.coef_init, dtype=float)
-        if self.fit_intercept:
-            coef = np.concatenate([coef, np.zeros(coef.shape[:-1] + (1,))], axis=-1)
-        return self.weights_init, coef
 
     def _make_family(self):
         return RegressionFamily(self.fit_intercept, self.noise_variance)

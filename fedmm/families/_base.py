@@ -84,6 +84,10 @@ class Family(ABC):
         """The matrix the component parameters act on (``X`` itself unless overridden)."""
         return X
 
+    def design_theta(self, theta):
+        """User-given parameters (..., n_features) in the space ``theta`` lives in (..., p)."""
+        return theta
+
     def param_dim(self, n_features):
         """``p``, the length of one ``theta_r``, for ``n_features`` input features."""
         return n_features

@@ -55,6 +55,12 @@ class RegressionFamily(Family):
     def design(self, X):
         return np.column_stack([X, np.ones(len(X))]) if self.fit_intercept else X
 
+    def design_theta(self, theta):
+        """Coefficients without intercept get a zero intercept when the model has one."""
+        if not self.fit_intercept:
+            return theta
+        return np.concatenate([theta, np.zeros(theta.shape[:-1] + (1,))], axis=-1)
+
     def param_dim(self, n_features):
         return n_features + bool(self.fit_intercept)
 
