@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .algorithms import METHODS, fit_restarts, make_algorithm
 from .data import FederatedData
-from .families import GaussianFamily, RegressionFamily
+from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .initialization import align_params, make_starts
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
@@ -57,7 +57,9 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _fit(self, X, y, groups):
         self._check_params()
         family = self._make_family()
-        algorithm = make_algorithm(self.method, C_eta=self.C_eta)
+        algorithm = make_algorithm(self.method, C_eta=self.C_eta, eta_rule=self.eta_rule, penalty=self.penalty,
+                                   penalty_params=self.penalty_params, center_restarts=self.center_restarts,
+                                   tgmm_lambda=self.tgmm_lambda)
         data = FederatedData.from_input(X, y, groups, require_y=family.needs_y)
         data.check_components(self.n_components, per_client=algorithm.per_client)
         self.n_features_in_ = data.n_features
@@ -86,12 +88,53 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.history_ = result.history
         self.log_likelihood_ = result.loglik / data.n_samples
         self.lower_bound_ = result.loglik.sum() / data.n_samples.sum()
+        self._set_center(params, result.state)
         self._publish(params)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
                           ConvergenceWarning, stacklevel=3)
         return self
+
+    def _set_center(self, params, state):
+        """The consensus parameters and, for FedGrEM, which clients it pooled.
+
+        FedGrEM's centre is the ``nu_bar`` of its last central update, FedEM's
+        and the pooled methods' the shared estimate; for the local methods it
+        is the coordinate-wise median of the (aligned) client estimates.
+        Variances of the centre are the clients' coordinate-wise median.
+        """
+        center = state.get("center", np.median(params.theta, axis=0))
+        self._center = (center, np.median(params.scale, axis=0))
+        if "pooled" in state:
+            self.pooled_ = state["pooled"]
+            self.distance_to_center_ = state["distance"]
+            self.pooling_threshold_ = state["threshold"]
+            self.center_restarts_ = state["center_restarts"]
+            self.outlier_scores_ = (state["distance"] / state["threshold"][:, None]).max(axis=1)
+            suspects = np.flatnonzero(self.outlier_scores_ > 1.0)
+            self.suspected_outliers_ = self.client_ids_[suspects[np.argsort(-self.outlier_scores_[suspects])]]
+
+    def _personalize(self, X, y):
+        """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2)."""
+        check_is_fitted(self, "params_")
+        many = isinstance(X, (list, tuple))
+        data = FederatedData.from_input(X if many else [X], y if many or y is None else [y],
+                                        n_features=self.n_features_in_, require_y=self._family.needs_y)
+        data = data.with_X(self._family.design(data.X))
+        center, scale = self._center
+        K, R = data.n_clients, self.n_components
+        params = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(center, (K,) + center.shape),
+                               np.broadcast_to(scale, (K,) + scale.shape))
+        previous = None
+        for _ in range(self.max_iter):
+            loglik, stats = self._family.estep(data, params)
+            params = params._replace(weights=stats.N / data.n_samples[:, None])
+            mean_ll = loglik / data.n_samples
+            if previous is not None and np.max(np.abs(mean_ll - previous)) < self.tol:
+                break
+            previous = mean_ll
+        return params.weights if many else params.weights[0]
 
     # --- evaluation on (new) data of fitted clients ------------------------------------
 
@@ -168,9 +211,11 @@ class _FederatedMixture(BaseEstimator, ABC):
 
 
 _SHARED_PARAMS_DOC = """
-    method : {"local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
-        The estimation strategy (see ``docs/methods.md``): EM or gradient EM on
-        each client alone, or on the pooled data.
+    method : {"fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
+        The estimation strategy (``docs/methods.md``): FedGrEM (robust,
+        adaptive federated gradient EM, ``docs/fedgrem.md``), FedEM (shared
+        components), TGMM (shrinkage towards the other clients' starts), or
+        EM / gradient EM on each client alone or on the pooled data.
     n_init : int, default=1
         Number of starts; the best log-likelihood is kept (per client for the
         local methods, whose clients are independent problems).
@@ -192,6 +237,23 @@ _SHARED_PARAMS_DOC = """
     C_eta : float, default=1.0
         Gradient methods take step ``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}``
         (FedGrEM App. A.1, Cor. A.12; App. B.1 tests 0.55 to 1.35).
+    eta_rule : {"safeguarded", "initial"}, default="safeguarded"
+        ``"initial"``: the paper's fixed ``C_eta / w_hat^{[0]}``;
+        ``"safeguarded"``: ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, which is the
+        same while weights do not grow and cannot overshoot when they do
+        (``docs/fedgrem.md``).
+    penalty : {"paper", "theory"}, float or callable, default="paper"
+        FedGrEM's penalty ``lambda_t`` (:func:`fedmm.algorithms.fedgrem.penalty_schedule`):
+        App. B.1's schedule, Assumption A.7's recursion, a constant (``inf``:
+        gradient FedEM) or a function of the round ``t``.
+    penalty_params : dict, optional
+        Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
+        (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
+    center_restarts : int, default=1
+        FedGrEM: how often clients left unpooled are restarted from the
+        consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
+    tgmm_lambda : float, default=0.4
+        TGMM: weight of each other client's start in the penalized M-step.
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """
@@ -214,9 +276,24 @@ _SHARED_ATTRS_DOC = """
         The permutations applied to align the clients' labels (``perms``, of
         shape (n_clients, n_components)), their score and method; None when
         none were applied.
-    history_ : ndarray of shape (n_iter_,)
-        Mean log-likelihood per sample, round by round, of the start with the
-        highest total log-likelihood.
+    history_ : dict of ndarray of shape (n_iter_,)
+        Round by round, for the start with the highest total log-likelihood:
+        ``"log_likelihood"`` (mean per sample, at the round's start),
+        ``"parameter_change"``, and for FedGrEM ``"penalty"`` (``lambda_t``),
+        ``"central_iterations"`` and ``"pooled_fraction"``.
+    center_ : ndarray of shape (n_components, n_features)
+        The consensus: FedGrEM's ``nu_bar``, the shared estimate of FedEM and
+        the pooled methods, the median of the client estimates otherwise.
+    pooled_, distance_to_center_ : ndarray of shape (n_clients, n_components)
+        FedGrEM only: whether the last central update pooled each client's
+        component onto the centre, and how far its local estimate was.
+    pooling_threshold_ : ndarray of shape (n_clients,)
+        FedGrEM only: ``lambda_T / sqrt(n_k)``, the pooling distance.
+    outlier_scores_ : ndarray of shape (n_clients,)
+        FedGrEM only: ``max_r distance / threshold``; above 1, some component
+        was not pooled.
+    suspected_outliers_ : ndarray
+        FedGrEM only: ids of the clients with score above 1, most suspect first.
 """
 
 class FederatedGaussianMixture(_FederatedMixture):
@@ -258,8 +335,10 @@ class FederatedGaussianMixture(_FederatedMixture):
     _theta_init = "means_init"
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
-                 max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, reg_covar=1e-6,
-                 weights_init=None, means_init=None, random_state=None):
+                 max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
+                 penalty="paper",
+                 penalty_params=None, center_restarts=1, tgmm_lambda=0.4, reg_covar=1e-6, weights_init=None,
+                 means_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -269,6 +348,11 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.init = init
         self.alignment = alignment
         self.C_eta = C_eta
+        self.eta_rule = eta_rule
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.center_restarts = center_restarts
+        self.tgmm_lambda = tgmm_lambda
         self.reg_covar = reg_covar
         self.weights_init = weights_init
         self.means_init = means_init
@@ -281,6 +365,23 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.means_ = params.theta
         scale = params.scale
         self.covariances_ = scale if self.covariance_type == "diag" else scale[..., 0]
+        self.center_ = self._center[0]
+
+    def personalize(self, X):
+        """Mixing proportions of clients unseen at training, components fixed at ``center_``.
+
+        EM on the proportions only (FedEM Sec. 2.2 / 3.2): the new client
+        needs no round with the others.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features), or a list of them
+
+        Returns
+        -------
+        ndarray of shape (n_components,), or (n_new_clients, n_components) for a list
+        """
+        return self._personalize(X, None)
 
     def fit(self, X, y=None, groups=None):
         """Estimate every client's mixture.
@@ -380,7 +481,8 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
                  n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
-                 weights_init=None, coef_init=None, random_state=None):
+                 eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1, tgmm_lambda=0.4, weights_init=None,
+                 coef_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -391,6 +493,11 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.init = init
         self.alignment = alignment
         self.C_eta = C_eta
+        self.eta_rule = eta_rule
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.center_restarts = center_restarts
+        self.tgmm_lambda = tgmm_lambda
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.random_state = random_state
@@ -403,6 +510,25 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.coef_ = params.theta[..., :d]
         self.intercept_ = params.theta[..., d] if self.fit_intercept else np.zeros(params.weights.shape)
         self.noise_variance_ = params.scale[..., 0]
+        center = self._center[0]
+        self.center_ = center[:, :d]
+        self.center_intercept_ = center[:, d] if self.fit_intercept else np.zeros(len(center))
+
+    def personalize(self, X, y):
+        """Mixing proportions of clients unseen at training, components fixed at the centre.
+
+        EM on the proportions only (FedEM Sec. 2.2 / 3.2).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features), or a list of them
+        y : array-like of shape (n,), or a list of them
+
+        Returns
+        -------
+        ndarray of shape (n_components,), or (n_new_clients, n_components) for a list
+        """
+        return self._personalize(X, y)
 
     def fit(self, X, y, groups=None):
         """Estimate every client's mixture of regressions.

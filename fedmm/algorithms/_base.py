@@ -14,7 +14,7 @@ import numpy as np
 from ..families import MixtureParams
 
 __all__ = ["Algorithm", "DivergenceError", "FitResult", "run_rounds", "fit_restarts", "em_update",
-           "grem_update", "step_sizes"]
+           "grem_update", "step_sizes", "ETA_RULES"]
 
 
 class DivergenceError(RuntimeError):
@@ -25,8 +25,9 @@ class FitResult(NamedTuple):
     params: MixtureParams
     n_iter: int
     converged: bool
-    history: np.ndarray  # mean log-likelihood per sample over all clients, one entry per round
+    history: dict        # per-round records: name -> array of length n_iter
     loglik: np.ndarray   # (K,) each client's log-likelihood at the returned parameters
+    state: dict          # the algorithm's final server-side state (e.g. FedGrEM's centre)
     start: int = 0       # fit_restarts: the start with the best total log-likelihood
 
 
@@ -46,13 +47,30 @@ def grem_update(family, stats, params, eta, n_k):
     return MixtureParams(stats.N / n_k[:, None], theta, family.update_scale(stats, theta))
 
 
-def step_sizes(weights, n_k, C_eta):
-    """``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}`` (FedGrEM App. A.1 Cor. A.12, App. B.1).
+ETA_RULES = ("safeguarded", "initial")
 
-    Initial weights are floored at ``1 / n_k`` (one sample's worth) so that an
-    empty starting component cannot give an infinite step.
+
+def step_sizes(w0, stats, n_k, C_eta, rule):
+    """Gradient step sizes ``eta_r^{(k)}`` of one round.
+
+    ``"initial"``: ``C_eta / w_hat_r^{(k)[0]}``, fixed at the start (FedGrEM
+    App. A.1 Cor. A.12, App. B.1). ``"safeguarded"`` (default):
+    ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})`` with ``w_hat^{[t]} = N_r / n_k`` of
+    this round's E-step. The fixed rule stands in for ``1 / w*`` (Assumption
+    A.9 (v): ``eta <= 1 / w*``) and fails when a component's weight grows far
+    beyond its start: once ``eta w_hat^{[t]} > 2`` the step overshoots and the
+    component oscillates for ever (seen on the paper's own design, from a start
+    with a nearly empty component). The safeguard equals the paper's rule
+    while weights do not grow and keeps ``eta w_hat^{[t]} <= C_eta``: for
+    ``C_eta <= 1`` every step moves ``theta`` towards the M-step solution
+    and increases Q-hat, as a generalized EM step.
+
+    ``w0`` are the starting weights, floored at ``1 / n_k`` (one sample's worth)
+    so an empty starting component cannot give an infinite step.
     """
-    return C_eta / np.maximum(weights, 1.0 / n_k[:, None])
+    if rule == "initial":
+        return C_eta / w0
+    return C_eta / np.maximum(w0, stats.N / n_k[:, None])
 
 
 class Algorithm(ABC):
@@ -73,13 +91,35 @@ class Algorithm(ABC):
     per_client = True
     shared = False
     default_init = "family"
+    #: What ``tol`` is compared with: the change of mean log-likelihood per sample
+    #: ("log_likelihood", scikit-learn's rule) or of the parameters ("parameter_change").
+    stop_on = "log_likelihood"
 
-    def __init__(self, C_eta=1.0):
+    def __init__(self, C_eta=1.0, eta_rule="safeguarded"):
+        if eta_rule not in ETA_RULES:
+            raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}.")
         self.C_eta = C_eta
+        self.eta_rule = eta_rule
+
+    def run(self, family, data, start, max_iter, tol):
+        """Fit from one start (a strategy may wrap the rounds, e.g. to restart some clients)."""
+        return run_rounds(self, family, data, start, max_iter, tol)
+
+    def round_info(self):
+        """Scalars recorded in ``history`` after every round, beyond the common ones."""
+        return {}
+
+    def final_state(self):
+        """Server-side state worth reporting once the rounds end."""
+        return {}
 
     def start(self, params, n_k):
-        """Fix per-run quantities from the starting point (the gradient step sizes)."""
-        self.eta = step_sizes(params.weights, n_k, self.C_eta)
+        """Fix per-run quantities from the starting point (the weights the step sizes use)."""
+        self.w0 = np.maximum(params.weights, 1.0 / n_k[:, None])
+
+    def step_sizes(self, stats, n_k, w0=None):
+        """This round's gradient step sizes (:func:`step_sizes`)."""
+        return step_sizes(self.w0 if w0 is None else w0, stats, n_k, self.C_eta, self.eta_rule)
 
     @abstractmethod
     def step(self, family, stats, params, n_k):
@@ -89,9 +129,10 @@ class Algorithm(ABC):
 def run_rounds(algorithm, family, data, params, max_iter, tol):
     """Iterate E-step + ``algorithm.step`` from ``params``.
 
-    Stops when no client's mean log-likelihood per sample changed by ``tol`` or
-    more in a round (scikit-learn's rule, applied client by client), or after
-    ``max_iter`` rounds.
+    Stops after ``max_iter`` rounds or when the quantity named by
+    ``algorithm.stop_on`` changed by less than ``tol`` in a round: no client's
+    mean log-likelihood per sample (scikit-learn's rule, client by client),
+    or no weight or parameter coordinate of any client.
 
     Raises
     ------
@@ -107,17 +148,25 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(1, max_iter + 1):
             loglik, stats = family.estep(data, params)
-            params = algorithm.step(family, stats, params, n_k)
-            _check_finite(params, loglik, t)
+            new = algorithm.step(family, stats, params, n_k)
+            _check_finite(new, loglik, t)
             mean_ll = loglik / n_k
-            history.append(loglik.sum() / n_k.sum())
-            if previous is not None and np.max(np.abs(mean_ll - previous)) < tol:
+            change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
+            history.append({"log_likelihood": loglik.sum() / n_k.sum(), "parameter_change": change,
+                            **algorithm.round_info()})
+            params = new
+            if algorithm.stop_on == "parameter_change":
+                done = change < tol
+            else:
+                done = previous is not None and np.max(np.abs(mean_ll - previous)) < tol
+            if done:
                 converged = True
                 break
             previous = mean_ll
         loglik, _ = family.estep(data, params)
     _check_finite(params, loglik, t)
-    return FitResult(params, t, converged, np.asarray(history), loglik)
+    records = {key: np.array([h[key] for h in history]) for key in history[0]}
+    return FitResult(params, t, converged, records, loglik, algorithm.final_state())
 
 
 def fit_restarts(algorithm, family, data, starts, max_iter, tol):
@@ -126,9 +175,9 @@ def fit_restarts(algorithm, family, data, starts, max_iter, tol):
     Per-client strategies fit independent problems, so each client keeps its
     own best start; the others keep the start with the best total.
     ``n_iter`` and ``converged`` describe the runs that were kept; ``history``
-    is that of the run with the best total.
+    and ``state`` are those of the run with the best total.
     """
-    runs = [run_rounds(algorithm, family, data, start, max_iter, tol) for start in starts]
+    runs = [algorithm.run(family, data, start, max_iter, tol) for start in starts]
     loglik = np.stack([run.loglik for run in runs])                 # (n_starts, K)
     best_total = int(np.argmax(loglik.sum(axis=1)))
     K = data.n_clients
@@ -137,7 +186,7 @@ def fit_restarts(algorithm, family, data, starts, max_iter, tol):
     params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
     kept = [runs[i] for i in np.unique(choice)]
     return FitResult(params, max(r.n_iter for r in kept), all(r.converged for r in kept),
-                     runs[best_total].history, loglik[choice, clients], best_total)
+                     runs[best_total].history, loglik[choice, clients], runs[best_total].state, best_total)
 
 
 def _check_finite(params, loglik, t):

@@ -19,4 +19,4 @@ class LocalGrEM(Algorithm):
     """Local gradient EM: E-step and one gradient M-step on each client (``method="local-grem"``)."""
 
     def step(self, family, stats, params, n_k):
-        return grem_update(family, stats, params, self.eta, n_k)
+        return grem_update(family, stats, params, self.step_sizes(stats, n_k), n_k)

@@ -32,4 +32,4 @@ class PooledGrEM(_Pooled):
     """Gradient EM on the pooled data (``method="pooled-grem"``)."""
 
     def _update(self, family, stats, params, n):
-        return grem_update(family, stats, params, self.eta[:1], n)
+        return grem_update(family, stats, params, self.step_sizes(stats, n, self.w0[:1]), n)

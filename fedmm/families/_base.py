@@ -109,6 +109,11 @@ class Family(ABC):
         """Closed-form maximizer of ``Q-hat``: ``(theta, scale)`` per client."""
 
     @abstractmethod
+    def penalized_m_step(self, stats, target, strength):
+        """Maximizer of ``Q-hat - (strength N_r / (2 sigma_r^2)) ||theta_r - target_r||^2``: the M-step
+        under a Gaussian prior centred at ``target`` (K, R, p) (TGMM, see :mod:`fedmm.algorithms.tgmm`)."""
+
+    @abstractmethod
     def gradient_step(self, stats, params, eta, n_k):
         """``theta + eta * d/dtheta Q-hat`` per client (FedGrEM Algorithm 1, M-step)."""
 

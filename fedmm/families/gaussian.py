@@ -62,6 +62,11 @@ class GaussianFamily(Family):
         means = stats.Sx / (stats.N[..., None] + _TINY)
         return means, self.update_scale(stats, means)
 
+    def penalized_m_step(self, stats, target, strength):
+        """``mu_r = (Sx_r + s N_r target_r) / (N_r (1 + s))``: the sample mean pulled towards ``target``."""
+        N = stats.N[..., None] + _TINY
+        return (stats.Sx + strength * N * target) / (N * (1.0 + strength))
+
     def gradient_step(self, stats, params, eta, n_k):
         """One gradient ascent step on Q-hat (FedGrEM Algorithm 1; gradient from App. E.2).
 

@@ -78,10 +78,19 @@ class RegressionFamily(Family):
 
     def m_step(self, stats):
         """Weighted least squares ``theta_r = A_r^{-1} b_r``, the maximizer of Q-hat (App. E.5)."""
-        p = stats.b.shape[-1]
-        ridge = self.reg_coef * (np.trace(stats.A, axis1=-2, axis2=-1)[..., None, None] / p + 1.0)
-        coef = np.linalg.solve(stats.A + ridge * np.eye(p), stats.b[..., None])[..., 0]
+        coef = self._solve(stats.A, stats.b)
         return coef, self.update_scale(stats, coef)
+
+    def penalized_m_step(self, stats, target, strength):
+        """Ridge towards ``target``: ``(A_r + s N_r I) theta_r = b_r + s N_r target_r``."""
+        sN = strength * stats.N[..., None]
+        return self._solve(stats.A + sN[..., None] * np.eye(stats.b.shape[-1]), stats.b + sN * target)
+
+    def _solve(self, A, b):
+        """``A^{-1} b`` per component, with a small ridge so empty or collinear components stay finite."""
+        p = b.shape[-1]
+        ridge = self.reg_coef * (np.trace(A, axis1=-2, axis2=-1)[..., None, None] / p + 1.0)
+        return np.linalg.solve(A + ridge * np.eye(p), b[..., None])[..., 0]
 
     def gradient_step(self, stats, params, eta, n_k):
         """One gradient ascent step on Q-hat (FedGrEM Algorithm 1; gradient from App. E.5).

@@ -1,0 +1,184 @@
+"""FedGrEM: federated gradient EM with a robust central update (FedGrEM Sec. 2.3, Algorithm 1).
+
+Each round, on every client: the E-step, ``w_hat_r = N_r / n_k``, and one gradient
+step ``theta_tilde = theta + eta * grad Q-hat``. On the server: the central
+update (:func:`fedmm.central.central_update`) with penalty ``lambda_t``, which
+pools clients near the consensus onto it and lets far ones (heterogeneous or
+outlier clients) keep their own estimate. Only parameters cross the boundary.
+"""
+
+from numbers import Real
+
+import numpy as np
+from scipy.stats import chi2
+
+from ..central import central_update
+from ..families import MixtureParams
+from ._base import Algorithm, grem_update, run_rounds
+
+PENALTIES = ("paper", "theory")
+
+
+def penalty_schedule(penalty, penalty_params, p, K, n):
+    """``t -> lambda_t`` for ``t = 1, 2, ...``.
+
+    - ``"paper"`` (App. B.1): ``lambda_0 = 1``, ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``
+      with ``kappa = 0.1``, ``C = 2`` (override with ``penalty_params``: ``lambda0``, ``kappa``, ``C``);
+    - ``"theory"`` (App. A, Assumption A.7): ``lambda_0 = (15/119) sqrt(n) (r_w + r_theta)``,
+      ``lambda_t = kappa0 lambda_{t-1} + 15 sqrt(n) (W + 2 eta_bar E1)``, with every constant
+      (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) given in ``penalty_params``
+      (they involve unknown absolute constants; ``n`` is the mean client size);
+    - a number: constant ``lambda`` (``inf`` pools everything: gradient FedEM);
+    - a callable: ``lambda_t = penalty(t)``.
+    """
+    params = dict(penalty_params or {})
+    if callable(penalty):
+        return penalty
+    if isinstance(penalty, Real) and not isinstance(penalty, bool):
+        if penalty < 0:
+            raise ValueError(f"A constant penalty must be >= 0, got {penalty}.")
+        return lambda t: float(penalty)
+    if penalty == "paper":
+        lam0, kappa = params.pop("lambda0", 1.0), params.pop("kappa", 0.1)
+        increment = params.pop("C", 2.0) * np.sqrt(p + np.log(K))
+    elif penalty == "theory":
+        needed = ("kappa0", "r_w", "r_theta", "W", "E1", "eta_bar")
+        missing = [k for k in needed if k not in params]
+        if missing:
+            raise ValueError(f"penalty='theory' needs penalty_params with {list(needed)}; missing {missing}. "
+                             "(fedmm.theory computes them for the GMM and MoR examples.)")
+        kappa = params.pop("kappa0")
+        lam0 = 15.0 / 119.0 * np.sqrt(n) * (params.pop("r_w") + params.pop("r_theta"))
+        increment = 15.0 * np.sqrt(n) * (params.pop("W") + 2.0 * params.pop("eta_bar") * params.pop("E1"))
+    else:
+        raise ValueError(f"penalty must be one of {PENALTIES}, a number >= 0 or a callable of t; got {penalty!r}.")
+    if params:
+        raise ValueError(f"Unknown penalty_params for penalty={penalty!r}: {sorted(params)}.")
+    # lambda_t = kappa^t lambda_0 + increment (1 - kappa^t) / (1 - kappa), the recursion unrolled.
+    return lambda t: kappa ** t * lam0 + increment * (t if kappa == 1 else (1 - kappa ** t) / (1 - kappa))
+
+
+class FedGrEM(Algorithm):
+    """FedGrEM (``method="fedgrem"``).
+
+    Parameters
+    ----------
+    C_eta, eta_rule
+        Step sizes (:func:`fedmm.algorithms._base.step_sizes`).
+    penalty, penalty_params
+        The penalty schedule (:func:`penalty_schedule`).
+    center_restarts : int
+        fedmm's fix for poor local starts: after the rounds end, clients with
+        a component that was not pooled restart from the consensus (their
+        parameters set to the centre, uniform proportions) and FedGrEM runs
+        again; repeated up to this many times while some client is unpooled.
+        A restart is kept only for clients whose own term of FedGrEM's
+        objective (log-likelihood minus central penalty) it raises
+        significantly (likelihood-ratio test at 5%, one component's degrees of
+        freedom): an inlier stuck in a poor local optimum gains hundreds of
+        nats and is pooled, an outlier fits its own data worse from the
+        consensus and keeps its first estimate, so robustness is kept.
+        0 gives the paper's algorithm.
+    central_tol, central_max_iter
+        Tolerance and cap of the central problem's alternating minimization.
+    """
+
+    per_client = False
+    default_init = "local-em"
+    stop_on = "parameter_change"
+
+    def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
+                 central_tol=1e-10, central_max_iter=1000):
+        super().__init__(C_eta, eta_rule)
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.center_restarts = center_restarts
+        self.central_tol = central_tol
+        self.central_max_iter = central_max_iter
+
+    def start(self, params, n_k):
+        super().start(params, n_k)
+        self.n_k = n_k
+        self.t = 0
+        self.lam = penalty_schedule(self.penalty, self.penalty_params, params.theta.shape[-1], len(n_k), n_k.mean())
+        self.central = None
+
+    def step(self, family, stats, params, n_k):
+        self.t += 1
+        local = grem_update(family, stats, params, self.step_sizes(stats, n_k), n_k)  # client side
+        self.central = central_update(local.theta, n_k, self.lam(self.t), tol=self.central_tol,
+                                      max_iter=self.central_max_iter)             # server side
+        return local._replace(theta=self.central.nu)
+
+    def round_info(self):
+        c = self.central
+        return {"penalty": self.lam(self.t), "central_iterations": c.n_iter, "pooled_fraction": c.pooled.mean()}
+
+    def final_state(self):
+        c = self.central
+        return {"center": c.center, "pooled": c.pooled, "distance": c.distance, "threshold": c.threshold,
+                "sqrt_n_lambda": self.lam(self.t) * np.sqrt(self.n_k), "center_restarts": 0,
+                "restarted": np.array([], dtype=int)}
+
+    def run(self, family, data, start, max_iter, tol):
+        result = run_rounds(self, family, data, start, max_iter, tol)
+        for restart in range(1, self.center_restarts + 1):
+            candidates = ~result.state["pooled"].all(axis=1)
+            if not candidates.any():
+                break
+            theta = np.where(candidates[:, None, None], result.state["center"], result.params.theta)
+            weights = _weights_at(family, data, result.params._replace(theta=theta), candidates, max_iter, tol)
+            trial = run_rounds(self, family, data, MixtureParams(weights, theta, result.params.scale), max_iter, tol)
+            # Keep a client's restart only where it raised the client's own term of FedGrEM's
+            # objective (log-likelihood minus central penalty) by more than chance would: a
+            # likelihood-ratio test at 5% with one component's p degrees of freedom. On the
+            # paper's design, stuck inliers gain about 300, noise moves the term by a few units,
+            # and outliers lose (they fit their own data worse from the consensus).
+            gain = _penalized_loglik(trial) - _penalized_loglik(result)
+            keep = ~candidates | (gain > 0.5 * chi2.ppf(0.95, start.theta.shape[-1]))
+            if not keep[candidates].any():
+                break
+            mixed = trial.params.where(keep, result.params)
+            final = run_rounds(self, family, data, mixed, max_iter, tol) if not keep.all() else trial
+            history = {k: np.concatenate([result.history[k], trial.history[k], final.history[k]])
+                       for k in final.history} if final is not trial else \
+                {k: np.concatenate([result.history[k], trial.history[k]]) for k in trial.history}
+            n_iter = result.n_iter + trial.n_iter + (final.n_iter if final is not trial else 0)
+            result = final._replace(n_iter=n_iter, history=history,
+                                    state={**final.state, "center_restarts": restart,
+                                           "restarted": np.flatnonzero(candidates & keep)})
+        return result
+
+def _penalized_loglik(result):
+    """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr ||nu_kr - nu_bar_r||`` at the end of a run.
+
+    The central problem's penalty (Algorithm 1) in log-likelihood units: its
+    quadratic ``n_k/2 ||nu - theta_tilde||^2`` stands for a log-likelihood of
+    curvature ``n_k w_r`` (the gradient step scales component ``r`` by
+    ``1 / w_r``), so each component's penalty carries its weight. An empty
+    component therefore earns nothing by sitting at the centre.
+    ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold.
+    """
+    state = result.state
+    gap = np.maximum(state["distance"] - state["threshold"][:, None], 0.0)
+    return result.loglik - state["sqrt_n_lambda"] * (result.params.weights * gap).sum(axis=1)
+
+
+def _weights_at(family, data, params, clients, max_iter, tol):
+    """EM on the mixing proportions of ``clients`` with their components fixed (others unchanged).
+
+    A client restarted from the consensus gets proportions that fit its data
+    under the consensus components, so that its step sizes ``C_eta / w_hat``
+    match the proportions it will have (a uniform restart can give a step
+    twice too long for a component that then takes half the client's data).
+    """
+    n_k = data.n_samples
+    previous = None
+    for _ in range(max_iter):
+        loglik, stats = family.estep(data, params)
+        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
+        mean_ll = loglik / n_k
+        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
+            break
+        previous = mean_ll
+    return params.weights

@@ -1,0 +1,141 @@
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.algorithms import make_algorithm, run_rounds
+from fedmm.algorithms.fedgrem import penalty_schedule
+from fedmm.data import FederatedData
+from fedmm.families import GaussianFamily, MixtureParams
+from fedmm.simulate import make_federated_gmm
+
+CENTERS = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+
+
+def _start(truth, rng, spread=0.5):
+    K, R, p = truth.theta.shape
+    return MixtureParams(np.full((K, R), 1.0 / R), truth.theta + spread * rng.randn(K, R, p), np.ones((K, R, 1)))
+
+
+def test_infinite_penalty_is_gradient_fedem():
+    """Sec. 2.3: with lambda = +inf FedGrEM is the gradient version of FedEM: every round, local
+    gradient steps, then the server's n_k-weighted mean of the clients' parameters."""
+    X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(0))
+    fed = run_rounds(make_algorithm("fedgrem", penalty=np.inf, center_restarts=0), family, data, start, 25, 0.0)
+
+    n_k = data.n_samples.astype(float)
+    params, w0 = start, np.maximum(start.weights, 1 / n_k[:, None])
+    for _ in range(25):  # the reference, written out
+        _, stats = family.estep(data, params)
+        w = stats.N / n_k[:, None]
+        eta = 1.0 / np.maximum(w0, w)
+        theta = params.theta + eta[..., None] * (stats.Sx - stats.N[..., None] * params.theta) / n_k[:, None, None]
+        mean = (n_k[:, None, None] * theta).sum(0) / n_k.sum()
+        params = MixtureParams(w, np.broadcast_to(mean, theta.shape).copy(), params.scale)
+    np.testing.assert_allclose(fed.params.theta, params.theta, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fed.params.weights, params.weights, rtol=1e-10)
+    assert fed.state["pooled"].all()
+
+
+def test_zero_penalty_is_local_gradient_em():
+    X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=1)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(1))
+    a = run_rounds(make_algorithm("fedgrem", penalty=0.0, center_restarts=0), family, data, start, 20, 0.0)
+    b = run_rounds(make_algorithm("local-grem"), family, data, start, 20, 0.0)
+    np.testing.assert_allclose(a.params.theta, b.params.theta, rtol=1e-12)
+
+
+def test_paper_penalty_schedule():
+    lam = penalty_schedule("paper", None, p=10, K=10, n=150)
+    inc = 2 * np.sqrt(10 + np.log(10))
+    assert lam(1) == pytest.approx(0.1 * 1 + inc)
+    assert lam(2) == pytest.approx(0.1 * (0.1 + inc) + inc)
+    assert lam(1000) == pytest.approx(inc / 0.9)
+    custom = penalty_schedule("paper", {"kappa": 0.5, "C": 1.0, "lambda0": 4.0}, p=3, K=2, n=10)
+    assert custom(1) == pytest.approx(2.0 + np.sqrt(3 + np.log(2)))
+
+
+def test_theory_penalty_schedule_and_errors():
+    params = dict(kappa0=0.5, r_w=0.1, r_theta=1.0, W=0.02, E1=0.03, eta_bar=5.0)
+    lam = penalty_schedule("theory", params, p=10, K=10, n=400)
+    lam0 = 15 / 119 * 20 * 1.1
+    inc = 15 * 20 * (0.02 + 2 * 5.0 * 0.03)
+    assert lam(1) == pytest.approx(0.5 * lam0 + inc)
+    assert lam(2) == pytest.approx(0.5 * (0.5 * lam0 + inc) + inc)
+    with pytest.raises(ValueError, match="missing"):
+        penalty_schedule("theory", {"kappa0": 0.5}, p=10, K=10, n=400)
+    with pytest.raises(ValueError, match="Unknown penalty_params"):
+        penalty_schedule("paper", {"kapa": 0.5}, p=10, K=10, n=400)
+    with pytest.raises(ValueError, match="penalty must be"):
+        penalty_schedule("huge", None, p=10, K=10, n=400)
+    assert penalty_schedule(lambda t: 3.0 * t, None, 1, 1, 1)(2) == 6.0
+
+
+def test_an_outlier_client_is_not_pooled_and_is_ranked_first():
+    X, truth = make_federated_gmm(8, 300, centers=CENTERS, h=0.0, random_state=2)
+    X[5] = 3.0 * np.random.RandomState(0).randn(300, 2) + 20.0
+    gm = FederatedGaussianMixture(3, method="fedgrem", n_init=3, max_iter=500, tol=1e-6, random_state=0).fit(X)
+    assert not gm.pooled_[5].any()
+    assert gm.suspected_outliers_[0] == 5
+    assert gm.outlier_scores_[5] > 10 * np.delete(gm.outlier_scores_, 5).max()
+    assert gm.history_["penalty"][-1] == pytest.approx(2 * np.sqrt(2 + np.log(8)) / 0.9, rel=1e-6)
+    assert set(gm.history_) >= {"log_likelihood", "parameter_change", "penalty", "central_iterations",
+                                "pooled_fraction"}
+    # The centre ignores the outlier: within the pooled estimate's noise of the truth.
+    perm = np.argsort([np.argmin(np.linalg.norm(CENTERS - c, axis=1)) for c in gm.center_])
+    assert np.linalg.norm(gm.center_[perm] - CENTERS, axis=1).max() < 4 * np.sqrt(2 / (7 * 300 / 3 * 0.5))
+
+
+def test_personalize_recovers_an_unseen_clients_proportions():
+    X, truth = make_federated_gmm(6, 300, centers=CENTERS, random_state=3)
+    gm = FederatedGaussianMixture(3, method="fedgrem", n_init=2, random_state=0).fit(X)
+    rng = np.random.RandomState(1)
+    w_new = np.array([0.6, 0.3, 0.1])
+    labels = rng.choice(3, size=2000, p=w_new)
+    X_new = CENTERS[labels] + rng.randn(2000, 2)
+    order = [np.argmin(np.linalg.norm(gm.center_ - c, axis=1)) for c in CENTERS]
+    w_hat = gm.personalize(X_new)
+    np.testing.assert_allclose(w_hat[order], w_new, atol=4 * np.sqrt(0.25 / 2000))
+    assert gm.personalize([X_new, X_new[:100]]).shape == (2, 3)
+
+
+def test_fedem_shares_components_and_keeps_local_proportions():
+    X, truth = make_federated_gmm(4, [100, 200, 150, 50], centers=CENTERS, concentration=2.0, random_state=4)
+    gm = FederatedGaussianMixture(3, method="fedem", n_init=2, max_iter=300, tol=1e-8, random_state=0).fit(X)
+    np.testing.assert_array_equal(gm.means_[0], gm.means_[3])
+    assert np.ptp(gm.weights_, axis=0).max() > 0.1  # proportions stay per client
+    np.testing.assert_array_equal(gm.center_, gm.means_[0])
+    # Fixed point of Marfoq et al. Alg. 1: the shared means are the n_k-weighted average of local M-steps.
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    _, stats = family.estep(data, gm.params_)
+    local = stats.Sx / stats.N[..., None]
+    n_k = data.n_samples[:, None, None]
+    np.testing.assert_allclose((n_k * local).sum(0) / n_k.sum(), gm.means_[0], atol=1e-4)
+
+
+def test_tgmm_step_is_the_penalized_m_step():
+    X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=5)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(5), spread=0.3)
+    result = run_rounds(make_algorithm("tgmm", tgmm_lambda=0.4), family, data, start, 1, 0.0)
+    _, stats = family.estep(data, start)
+    for k in range(3):
+        others = np.delete(start.theta, k, axis=0).sum(0)
+        expected = (stats.Sx[k] + 0.4 * stats.N[k][:, None] * others) / (stats.N[k][:, None] * (1 + 0.4 * 2))
+        np.testing.assert_allclose(result.params.theta[k], expected, rtol=1e-10)
+
+
+def test_federated_regression_runs_every_method():
+    rng = np.random.RandomState(6)
+    coefs = np.array([[3.0, 0.0], [-3.0, 1.0]])
+    X = [rng.randn(200, 2) for _ in range(4)]
+    z = [rng.rand(200) < 0.5 for _ in range(4)]
+    y = [np.where(zk, Xk @ coefs[0], Xk @ coefs[1]) + rng.randn(200) for Xk, zk in zip(X, z)]
+    for method in ["fedgrem", "fedem", "tgmm"]:
+        mr = FederatedMixtureRegression(2, method=method, fit_intercept=False, n_init=3, max_iter=300,
+                                        random_state=0).fit(X, y)
+        err = min(np.abs(mr.center_ - coefs).max(), np.abs(mr.center_[::-1] - coefs).max())
+        assert err < 4 * np.sqrt(2 / 400), method
+        assert mr.personalize(X[0], y[0]).shape == (2,)
