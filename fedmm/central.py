@@ -65,8 +65,8 @@ class CentralResult(NamedTuple):
         Client ``k``'s component ``r`` was shrunk exactly onto the centre.
     distance : ndarray of shape (K, R)
         ``||theta_k - nu_bar||``: how far each client's input was from the centre.
-    threshold : ndarray of shape (K,)
-        ``lambda / sqrt(n_k)``: the distance below which a client is pooled.
+    threshold : ndarray of shape (K, R)
+        ``lambda / sqrt(n_k)``: the distance below which a client's component is pooled.
     n_iter : int
         Alternating-minimization rounds used.
     converged : bool
@@ -91,8 +91,8 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
     ----------
     theta : ndarray of shape (K, R, p)
         The clients' parameters after their local gradient step.
-    n_k : ndarray of shape (K,)
-        Client sample sizes.
+    n_k : ndarray of shape (K,) or (K, R)
+        Client sample sizes, or per-component effective sizes.
     lam : float
         Penalty ``lambda`` (``0`` returns the inputs; ``inf`` the ``n_k``-weighted mean).
     solver : {"irls", "alternating"}
@@ -110,11 +110,11 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     theta = np.asarray(theta, dtype=float)
-    n_k = np.asarray(n_k, dtype=float)
-    threshold = lam / np.sqrt(n_k)
+    n_k = np.broadcast_to(np.asarray(n_k, dtype=float).reshape(len(theta), -1), theta.shape[:2])
+    threshold = lam / np.sqrt(n_k)                                                 # (K, R)
     scale = 1.0 + np.abs(theta).max()
     # Both schemes start from Delta = 0 (App. B.1, step (i)): the n_k-weighted mean.
-    center = _weighted_mean(theta, n_k[:, None])
+    center = _weighted_mean(theta, n_k)
     if lam == 0:
         # No penalty: nu_k = theta_k and any nu_bar is optimal; report the weighted mean.
         distance = np.linalg.norm(theta - center, axis=-1)
@@ -124,11 +124,11 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
         if solver == "irls":
             distance = np.linalg.norm(theta - center, axis=-1)                    # (K, R)
             with np.errstate(divide="ignore"):
-                far = np.sqrt(n_k)[:, None] * lam / distance
-            new_center = _weighted_mean(theta, np.where(distance <= threshold[:, None], n_k[:, None], far))
+                far = np.sqrt(n_k) * lam / distance
+            new_center = _weighted_mean(theta, np.where(distance <= threshold, n_k, far))
         else:
             delta = _soft_threshold(theta - center, threshold)
-            new_center = _weighted_mean(theta - delta, n_k[:, None])
+            new_center = _weighted_mean(theta - delta, n_k)
         moved = np.abs(new_center - center).max()
         center = new_center
         if moved <= tol * scale:
@@ -147,8 +147,8 @@ def _weighted_mean(points, weights):
 
 
 def _soft_threshold(u, threshold):
-    """Group soft-threshold of every ``u[k, r]`` at ``threshold[k]`` (the ``Delta_k`` step of eq. (6))."""
+    """Group soft-threshold of every ``u[k, r]`` at ``threshold[k, r]`` (the ``Delta_k`` step of eq. (6))."""
     norm = np.linalg.norm(u, axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        shrink = np.where(norm > threshold[:, None, None], 1.0 - threshold[:, None, None] / norm, 0.0)
+        shrink = np.where(norm > threshold[..., None], 1.0 - threshold[..., None] / norm, 0.0)
     return shrink * u

@@ -59,7 +59,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         family = self._make_family()
         algorithm = make_algorithm(self.method, C_eta=self.C_eta, eta_rule=self.eta_rule, penalty=self.penalty,
                                    penalty_params=self.penalty_params, center_restarts=self.center_restarts,
-                                   tgmm_lambda=self.tgmm_lambda)
+                                   pooling_sizes=self.pooling_sizes, tgmm_lambda=self.tgmm_lambda)
         data = FederatedData.from_input(X, y, groups, require_y=family.needs_y)
         data.check_components(self.n_components, per_client=algorithm.per_client)
         self.n_features_in_ = data.n_features
@@ -111,7 +111,8 @@ class _FederatedMixture(BaseEstimator, ABC):
             self.distance_to_center_ = state["distance"]
             self.pooling_threshold_ = state["threshold"]
             self.center_restarts_ = state["center_restarts"]
-            self.outlier_scores_ = (state["distance"] / state["threshold"][:, None]).max(axis=1)
+            self.restarted_clients_ = self.client_ids_[state["restarted"]]
+            self.outlier_scores_ = (state["distance"] / state["threshold"]).max(axis=1)
             suspects = np.flatnonzero(self.outlier_scores_ > 1.0)
             self.suspected_outliers_ = self.client_ids_[suspects[np.argsort(-self.outlier_scores_[suspects])]]
 
@@ -252,6 +253,11 @@ _SHARED_PARAMS_DOC = """
     center_restarts : int, default=1
         FedGrEM: how often clients left unpooled are restarted from the
         consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
+    pooling_sizes : {"client", "component"}, default="client"
+        FedGrEM: the sizes weighting the central problem: ``n_k`` (the
+        paper), or ``n_k w_kr R``, each component's effective sample size
+        (scaled to equal ``n_k`` under uniform proportions), which pools small
+        components at their own noise level (``docs/fedgrem.md``).
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     random_state : int, RandomState instance or None, default=None
@@ -287,13 +293,17 @@ _SHARED_ATTRS_DOC = """
     pooled_, distance_to_center_ : ndarray of shape (n_clients, n_components)
         FedGrEM only: whether the last central update pooled each client's
         component onto the centre, and how far its local estimate was.
-    pooling_threshold_ : ndarray of shape (n_clients,)
-        FedGrEM only: ``lambda_T / sqrt(n_k)``, the pooling distance.
+    pooling_threshold_ : ndarray of shape (n_clients, n_components)
+        FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` with
+        ``pooling_sizes="component"``), the pooling distance.
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: ``max_r distance / threshold``; above 1, some component
         was not pooled.
     suspected_outliers_ : ndarray
         FedGrEM only: ids of the clients with score above 1, most suspect first.
+    restarted_clients_ : ndarray
+        FedGrEM only: ids of the clients whose restart from the consensus was
+        kept (``center_restarts``).
 """
 
 class FederatedGaussianMixture(_FederatedMixture):
@@ -337,7 +347,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
                  max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper",
-                 penalty_params=None, center_restarts=1, tgmm_lambda=0.4, reg_covar=1e-6, weights_init=None,
+                 penalty_params=None, center_restarts=1, pooling_sizes="client", tgmm_lambda=0.4, reg_covar=1e-6,
+                 weights_init=None,
                  means_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
@@ -352,6 +363,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
+        self.pooling_sizes = pooling_sizes
         self.tgmm_lambda = tgmm_lambda
         self.reg_covar = reg_covar
         self.weights_init = weights_init
@@ -481,7 +493,8 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
                  n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
-                 eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1, tgmm_lambda=0.4, weights_init=None,
+                 eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
+                 pooling_sizes="client", tgmm_lambda=0.4, weights_init=None,
                  coef_init=None, random_state=None):
         self.n_components = n_components
         self.method = method
@@ -497,6 +510,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
+        self.pooling_sizes = pooling_sizes
         self.tgmm_lambda = tgmm_lambda
         self.weights_init = weights_init
         self.coef_init = coef_init

@@ -139,3 +139,15 @@ def test_federated_regression_runs_every_method():
         err = min(np.abs(mr.center_ - coefs).max(), np.abs(mr.center_[::-1] - coefs).max())
         assert err < 4 * np.sqrt(2 / 400), method
         assert mr.personalize(X[0], y[0]).shape == (2,)
+
+
+def test_component_pooling_sizes_use_each_components_effective_size():
+    """pooling_sizes="component": the central problem weighs component r of client k by n_k w_kr R,
+    so the pooling threshold is lambda / sqrt(n_k w_kr R): larger for small components."""
+    X, truth = make_federated_gmm(4, 200, centers=CENTERS, concentration=3.0, random_state=7)
+    gm = FederatedGaussianMixture(3, method="fedgrem", pooling_sizes="component", n_init=2, random_state=0).fit(X)
+    lam = gm.history_["penalty"][-1]
+    expected = lam / np.sqrt(200 * gm.weights_ * 3)
+    np.testing.assert_allclose(gm.pooling_threshold_, expected, rtol=0.05)  # weights of the last E-step
+    with pytest.raises(ValueError, match="pooling_sizes"):
+        FederatedGaussianMixture(3, method="fedgrem", pooling_sizes="sample").fit(X)

@@ -25,3 +25,9 @@ def test_fig_misalignment(tmp_path):
     out = tmp_path / "fig.png"
     assert _load("fig_misalignment").main(["--quick", "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_paper_gmm_h0_quick(capsys):
+    """FedGrEM on the paper's own design beats the paper's reported error (quick: 4 seeds)."""
+    assert _load("paper_gmm_h0").main(["--quick"]) == 0
+    assert "PASS" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from ..families import MixtureParams
 from ._base import Algorithm, grem_update, run_rounds
 
 PENALTIES = ("paper", "theory")
+POOLING_SIZES = ("client", "component")
 
 
 def penalty_schedule(penalty, penalty_params, p, K, n):
@@ -67,6 +68,9 @@ class FedGrEM(Algorithm):
         Step sizes (:func:`fedmm.algorithms._base.step_sizes`).
     penalty, penalty_params
         The penalty schedule (:func:`penalty_schedule`).
+    pooling_sizes : {"client", "component"}
+        Sizes weighting the central problem: ``n_k`` (the paper) or each
+        component's effective size ``n_k w_kr R``.
     center_restarts : int
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
@@ -88,8 +92,11 @@ class FedGrEM(Algorithm):
     stop_on = "parameter_change"
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 central_tol=1e-10, central_max_iter=1000):
+                 pooling_sizes="client", central_tol=1e-10, central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
+        if pooling_sizes not in POOLING_SIZES:
+            raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
+        self.pooling_sizes = pooling_sizes
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
@@ -106,7 +113,10 @@ class FedGrEM(Algorithm):
     def step(self, family, stats, params, n_k):
         self.t += 1
         local = grem_update(family, stats, params, self.step_sizes(stats, n_k), n_k)  # client side
-        self.central = central_update(local.theta, n_k, self.lam(self.t), tol=self.central_tol,
+        # "component": each component's effective size n_k w_kr (the information in theta_tilde_kr), times R
+        # so that uniform proportions give the paper's n_k.
+        sizes = n_k[:, None] * local.weights * local.weights.shape[1] if self.pooling_sizes == "component" else n_k
+        self.central = central_update(local.theta, sizes, self.lam(self.t), tol=self.central_tol,
                                       max_iter=self.central_max_iter)             # server side
         return local._replace(theta=self.central.nu)
 
@@ -117,7 +127,7 @@ class FedGrEM(Algorithm):
     def final_state(self):
         c = self.central
         return {"center": c.center, "pooled": c.pooled, "distance": c.distance, "threshold": c.threshold,
-                "sqrt_n_lambda": self.lam(self.t) * np.sqrt(self.n_k), "center_restarts": 0,
+                "sqrt_n_lambda": self.lam(self.t) * np.sqrt(self.n_k)[:, None], "center_restarts": 0,
                 "restarted": np.array([], dtype=int)}
 
     def run(self, family, data, start, max_iter, tol):
@@ -160,8 +170,8 @@ def _penalized_loglik(result):
     ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold.
     """
     state = result.state
-    gap = np.maximum(state["distance"] - state["threshold"][:, None], 0.0)
-    return result.loglik - state["sqrt_n_lambda"] * (result.params.weights * gap).sum(axis=1)
+    gap = np.maximum(state["distance"] - state["threshold"], 0.0)
+    return result.loglik - (state["sqrt_n_lambda"] * result.params.weights * gap).sum(axis=1)
 
 
 def _weights_at(family, data, params, clients, max_iter, tol):

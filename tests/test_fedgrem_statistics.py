@@ -1,0 +1,109 @@
+"""Known-truth behaviour of FedGrEM (issue: adaptivity, robustness), with fixed seeds.
+
+Design: K = 8 clients, n = 200, d = 3, R = 3 components 8 apart (well separated, so every
+method's starts are good and the comparison is about the estimators, not about local optima).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture
+from fedmm.metrics import estimation_errors
+from fedmm.simulate import make_federated_gmm
+
+CENTERS = np.array([[0.0, 0.0, 0.0], [8.0, 0.0, 0.0], [0.0, 8.0, 0.0]])
+K, N, SEEDS = 8, 200, range(3)
+FIT = dict(n_init=3, max_iter=1000, tol=1e-6)
+
+
+def _max_errors(method, h, outliers=(), **options):
+    errors = []
+    for seed in SEEDS:
+        X, truth = make_federated_gmm(K, N, centers=CENTERS, h=h, outlier_clients=outliers, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gm = FederatedGaussianMixture(3, method=method, random_state=seed, **FIT, **options).fit(X)
+        _, theta_err = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta)
+        errors.append(theta_err[~truth.outliers].max())
+    return np.array(errors)
+
+
+def test_at_h_zero_fedgrem_is_close_to_pooling():
+    """All clients are alike: FedGrEM pools them, so its error is of the pooled order
+    sqrt(d / (K n w)) ~ 0.08, not of the local order sqrt(d / (n w)) ~ 0.2 per component."""
+    fedgrem, pooled, local = (_max_errors(m, 0.0) for m in ("fedgrem", "pooled-em", "local-em"))
+    assert fedgrem.mean() <= 2.0 * pooled.mean()
+    assert fedgrem.mean() <= 0.5 * local.mean()
+
+
+def test_at_large_h_fedgrem_is_not_worse_than_local_em():
+    """h = 3 is far beyond the pooling threshold lambda / sqrt(n) ~ 0.35: no client is pooled. At the
+    fixed point an unpooled component satisfies eta w (theta_local - nu) = threshold, so it sits
+    threshold / (eta w) from its local solution: exactly the threshold while its weight has not shrunk
+    below its start, and threshold * w0 / w otherwise (w0 / w < 1.5 at n = 200). Hence the margin."""
+    threshold = 2 * np.sqrt(3 + np.log(K)) / 0.9 / np.sqrt(N)
+    fedgrem, local, pooled = (_max_errors(m, 3.0) for m in ("fedgrem", "local-em", "pooled-em"))
+    assert np.all(fedgrem <= local + 1.5 * threshold)
+    assert pooled.mean() > 2 * fedgrem.mean()  # pooling everything is badly biased here
+
+
+def test_one_outlier_client_hurts_fedem_but_not_fedgrem():
+    """Client 7 draws N(2 * 1, 3 I) (App. B.1): FedEM's average moves every centre by ~||2 - centre|| / K,
+    FedGrEM's Huber-type centre by at most lambda / sqrt(n) / K."""
+    fedgrem, fedem = (_max_errors(m, 0.0, outliers=[7], **({"init": "local-em"} if m == "fedem" else {}))
+                      for m in ("fedgrem", "fedem"))
+    assert np.all(fedgrem < fedem)
+    assert fedgrem.mean() < 0.5 * fedem.mean()
+
+
+def test_center_restarts_rescue_clients_stuck_in_poor_starts_but_not_the_outlier():
+    """The paper's design (App. B.1), seed 7, one k-means start per client: local EM leaves clients 1
+    and 5 in poor local optima (errors above 5), which the robust centre then never pools. Restarting
+    unpooled clients from the consensus, kept where a likelihood-ratio test says so, rescues them;
+    the outlier (client 9) keeps its own estimate (its restart is rejected) and stays ranked first.
+    (One of its five local components may land within the pooling threshold by chance: the paper's
+    central update pools whatever is that close.)"""
+    X, truth = make_federated_gmm(10, 150, outlier_clients=[9], random_state=7)
+    options = dict(method="fedgrem", n_init=1, C_eta=0.95, max_iter=1000, tol=1e-6, random_state=7)
+    stuck = FederatedGaussianMixture(5, center_restarts=0, **options).fit(X)
+    fixed = FederatedGaussianMixture(5, center_restarts=1, **options).fit(X)
+    err_stuck = estimation_errors(stuck.weights_, stuck.means_, truth.weights, truth.theta)[1]
+    err_fixed = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1]
+    assert err_stuck[[1, 5]].min() > 3.0
+    # sqrt(d / n_r) ~ sqrt(10 / 30) ~ 0.6 is the local rate; pooled clients do better.
+    assert err_fixed[:9].max() < 0.6
+    assert set(fixed.restarted_clients_) >= {1, 5} and 9 not in fixed.restarted_clients_
+    assert fixed.suspected_outliers_[0] == 9 and fixed.pooled_[9].sum() <= 1
+
+
+def test_safeguarded_step_recovers_where_the_fixed_step_overshoots():
+    """A start that gives one component weight 0.003 although it holds a third of the data: the paper's
+    eta = C_eta / w0 is ~100 times too long once the weight is re-estimated (eta w > 2 overshoots), and
+    the component is thrown out of its cluster; the safeguarded step stays an EM-like move."""
+    X, truth = make_federated_gmm(2, N, centers=CENTERS, concentration=100.0, random_state=4)
+    weights_init = np.array([0.003, 0.4985, 0.4985])
+    options = dict(method="local-grem", means_init=truth.theta, weights_init=weights_init, max_iter=300, tol=1e-8)
+    bound = 4 * np.sqrt(3 / (N / 3))  # 4 sqrt(d / n_r), as in the recovery tests
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            fixed = FederatedGaussianMixture(3, eta_rule="initial", **options).fit(X)
+            fixed_err = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1].max()
+        except Exception:  # the overshoot may also blow up to a DivergenceError
+            fixed_err = np.inf
+    safe = FederatedGaussianMixture(3, eta_rule="safeguarded", **options).fit(X)
+    safe_err = estimation_errors(safe.weights_, safe.means_, truth.weights, truth.theta)[1].max()
+    assert fixed_err > 3 * bound
+    assert safe.converged_ and safe_err < bound
+
+
+@pytest.mark.parametrize("rule", ["initial", "safeguarded"])
+def test_both_step_rules_agree_when_weights_do_not_grow(rule):
+    X, truth = make_federated_gmm(3, N, centers=CENTERS, random_state=5)
+    gm = FederatedGaussianMixture(3, method="local-grem", means_init=truth.theta, weights_init=truth.weights,
+                                  eta_rule=rule, max_iter=500, tol=1e-10).fit(X)
+    ref = FederatedGaussianMixture(3, method="local-em", means_init=truth.theta, weights_init=truth.weights,
+                                   max_iter=500, tol=1e-10).fit(X)
+    np.testing.assert_allclose(gm.means_, ref.means_, atol=1e-4)  # same fixed point as EM
