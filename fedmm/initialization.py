@@ -36,6 +36,8 @@ __all__ = ["INITS", "make_starts", "align_params", "family_start", "common_start
 
 def family_start(family, data, n_components, random_state, pooled):
     """The family's starting responsibilities, then one M-step (per client, or on the pooled data)."""
+    if not pooled:
+        _check_clients_can_start(data, n_components)
     if pooled:
         resp = family.initial_resp(data.X, data.y, n_components, random_state)
         stats = pool_stats(family.stats_from_resp(data, resp))
@@ -45,13 +47,26 @@ def family_start(family, data, n_components, random_state, pooled):
     return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
 
 
+def _check_clients_can_start(data, n_components):
+    small = np.flatnonzero(data.n_samples < n_components)
+    if small.size:
+        k = small[0]
+        raise ValueError(f"client {k} has {data.n_samples[k]} samples, fewer than n_components={n_components}, so it "
+                         "cannot make its own start (init='family' or 'local-em' start every client from its own "
+                         "data); use init='common', or give initial values (weights_init and means_init / coef_init).")
+
+
 def common_start(family, data, n_components, random_state):
-    """One client's family start, broadcast to every client with uniform proportions."""
-    k = random_state.randint(data.n_clients)
+    """One client's family start, broadcast to every client with uniform proportions.
+
+    The client is drawn at random among those with at least ``n_components`` samples.
+    """
+    eligible = np.flatnonzero(data.n_samples >= n_components)
+    if eligible.size == 0:
+        raise ValueError(f"init='common' needs a client with at least n_components={n_components} samples to draw "
+                         "the start from; give initial values (weights_init and means_init / coef_init) instead.")
+    k = eligible[random_state.randint(eligible.size)]
     X, y = data.client(k)
-    if len(X) < n_components:
-        raise ValueError(f"init='common' drew client {k}, which has fewer samples ({len(X)}) than "
-                         f"n_components={n_components}; use another init.")
     resp = family.initial_resp(X, y, n_components, random_state)
     one = FederatedData(X, y, np.array([0, len(X)]), data.client_ids[k:k + 1])
     start = em_update(family, family.stats_from_resp(one, resp), one.n_samples).broadcast(data.n_clients)

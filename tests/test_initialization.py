@@ -93,3 +93,14 @@ def test_local_methods_report_aligned_labels_and_the_permutations():
     # Same estimates, relabelled by the recorded permutations.
     np.testing.assert_allclose(raw.params_.permute(gm.alignment_.perms).theta, gm.means_)
     assert raw.alignment_ is None
+
+
+def test_a_client_too_small_for_its_own_start_gets_a_clear_error_and_common_start_works():
+    X, _ = make_federated_gmm(3, 100, centers=CENTERS, random_state=8)
+    X[1] = X[1][:2]
+    with pytest.warns(UserWarning, match="client 1"):
+        with pytest.raises(ValueError, match="client 1 has 2 samples.*init='common'"):
+            FederatedGaussianMixture(4, method="fedgrem").fit(X)
+    with pytest.warns(UserWarning, match="client 1"):
+        gm = FederatedGaussianMixture(4, method="fedgrem", init="common", n_init=3, random_state=0).fit(X)
+    assert np.all(np.isfinite(gm.means_))
