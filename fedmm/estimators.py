@@ -19,6 +19,7 @@ from .algorithms import METHODS, fit_restarts, make_algorithm
 from .data import FederatedData
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .initialization import align_params, make_starts
+from .kernels import resolve_backend
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 
@@ -26,9 +27,11 @@ __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 class _FederatedMixture(BaseEstimator, ABC):
     """Shared machinery: fitting with restarts, and per-client evaluation."""
 
+    _needs_y = False
+
     @abstractmethod
-    def _make_family(self):
-        """The component family these hyper-parameters describe."""
+    def _make_family(self, backend):
+        """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
 
     def _user_start(self, family):
         """``(weights, theta)`` from the user's initial values, or None."""
@@ -56,11 +59,11 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _fit(self, X, y, groups):
         self._check_params()
-        family = self._make_family()
+        data = FederatedData.from_input(X, y, groups, require_y=self._needs_y)
+        family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
         algorithm = make_algorithm(self.method, C_eta=self.C_eta, eta_rule=self.eta_rule, penalty=self.penalty,
                                    penalty_params=self.penalty_params, center_restarts=self.center_restarts,
                                    pooling_sizes=self.pooling_sizes, tgmm_lambda=self.tgmm_lambda)
-        data = FederatedData.from_input(X, y, groups, require_y=family.needs_y)
         data.check_components(self.n_components, per_client=algorithm.per_client)
         self.n_features_in_ = data.n_features
         data = data.with_X(family.design(data.X))
@@ -260,6 +263,10 @@ _SHARED_PARAMS_DOC = """
         components at their own noise level (``docs/fedgrem.md``).
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
+    backend : {"auto", "numba", "numpy", "cupy"}, default="auto"
+        Kernels for the E-step (``docs/performance.md``): Numba's fused
+        parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
+        CuPy for at least 1e6 samples when a GPU is present, Numba otherwise.
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """
@@ -346,10 +353,8 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
                  max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
-                 penalty="paper",
-                 penalty_params=None, center_restarts=1, pooling_sizes="client", tgmm_lambda=0.4, reg_covar=1e-6,
-                 weights_init=None,
-                 means_init=None, random_state=None):
+                 penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", tgmm_lambda=0.4,
+                 reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -368,10 +373,11 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.reg_covar = reg_covar
         self.weights_init = weights_init
         self.means_init = means_init
+        self.backend = backend
         self.random_state = random_state
 
-    def _make_family(self):
-        return GaussianFamily(self.covariance_type, self.reg_covar)
+    def _make_family(self, backend):
+        return GaussianFamily(self.covariance_type, self.reg_covar, backend=backend)
 
     def _publish(self, params):
         self.means_ = params.theta
@@ -490,12 +496,13 @@ class FederatedMixtureRegression(_FederatedMixture):
     """
 
     _theta_init = "coef_init"
+    _needs_y = True
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
                  n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", tgmm_lambda=0.4, weights_init=None,
-                 coef_init=None, random_state=None):
+                 coef_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -514,10 +521,11 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.tgmm_lambda = tgmm_lambda
         self.weights_init = weights_init
         self.coef_init = coef_init
+        self.backend = backend
         self.random_state = random_state
 
-    def _make_family(self):
-        return RegressionFamily(self.fit_intercept, self.noise_variance)
+    def _make_family(self, backend):
+        return RegressionFamily(self.fit_intercept, self.noise_variance, backend=backend)
 
     def _publish(self, params):
         d = self.n_features_in_

@@ -62,11 +62,11 @@ def test_batched_estep_equals_per_client_estep(rng):
     data, weights, means, var = _random_problem(rng, K=4)
     y = rng.randn(len(data.X))
     data_y = FederatedData(data.X, y, data.offsets, data.client_ids)
-    batched_g = kernels.gaussian_estep(data.X, data.offsets, weights, means, var, True)
+    batched_g = kernels.gaussian_estep(data.X, data.offsets, weights, means, var, "coordinates")
     batched_r = kernels.regression_estep(data_y.X, y, data.offsets, weights, means, var[..., :1])
     for k in range(data.n_clients):
         one = _one_client(data_y, k)
-        single_g = kernels.gaussian_estep(one.X, one.offsets, weights[k:k + 1], means[k:k + 1], var[k:k + 1], True)
+        single_g = kernels.gaussian_estep(one.X, one.offsets, weights[k:k + 1], means[k:k + 1], var[k:k + 1], "coordinates")
         single_r = kernels.regression_estep(one.X, one.y, one.offsets, weights[k:k + 1], means[k:k + 1],
                                             var[k:k + 1, :, :1])
         for a, b in zip(batched_g + batched_r, single_g + single_r):
@@ -77,7 +77,9 @@ def test_stats_from_hard_labels_are_group_sums(rng):
     data, *_ = _random_problem(rng, K=2, R=3)
     labels = rng.randint(3, size=len(data.X))
     resp = np.eye(3)[labels]
-    N, Sx, Sxx = kernels.gaussian_stats(data.X, data.offsets, resp, True)
+    N, Sx, Sxx = kernels.gaussian_stats(data.X, data.offsets, resp, "coordinates")
+    _, _, total = kernels.gaussian_stats(data.X, data.offsets, resp, "total")
+    np.testing.assert_allclose(total[..., 0], Sxx.sum(axis=-1))
     for k in range(2):
         sl = slice(data.offsets[k], data.offsets[k + 1])
         for r in range(3):

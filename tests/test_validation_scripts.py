@@ -31,3 +31,10 @@ def test_paper_gmm_h0_quick(capsys):
     """FedGrEM on the paper's own design beats the paper's reported error (quick: 4 seeds)."""
     assert _load("paper_gmm_h0").main(["--quick"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_bench_kernels_runs(capsys, tmp_path):
+    """Smoke mode: tiny sizes, no timing targets (performance is measured by the script, not asserted here)."""
+    assert _load("bench_kernels").main(["--smoke", "--figure", str(tmp_path / "perf.png")]) == 0
+    out = capsys.readouterr().out
+    assert "sklearn/numba" in out and "FedGrEM on the paper's simulation" in out

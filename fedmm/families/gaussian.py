@@ -12,7 +12,8 @@ COVARIANCE_TYPES = ("identity", "spherical", "diag")
 
 
 class GaussianStats(NamedTuple):
-    """Per-client sums: ``N`` (K, R), ``Sx = sum_i g_ir x_i`` (K, R, d), ``Sxx = sum_i g_ir x_i^2`` or None."""
+    """Per-client sums: ``N`` (K, R), ``Sx = sum_i g_ir x_i`` (K, R, d), and ``Sxx``: ``sum_i g_ir x_ij^2``
+    (K, R, d) for diagonal variances, ``sum_i g_ir ||x_i||^2`` (K, R, 1) for spherical ones, None for identity."""
 
     N: np.ndarray
     Sx: np.ndarray
@@ -43,19 +44,20 @@ class GaussianFamily(Family):
         self.kernels = get_kernels(backend)
 
     @property
-    def _with_squares(self):
-        return self.covariance_type != "identity"
+    def _squares(self):
+        """Which squared sums the variances need (see ``fedmm.kernels._numpy._gaussian_stats``)."""
+        return {"identity": "none", "spherical": "total", "diag": "coordinates"}[self.covariance_type]
 
     def estep(self, data, params):
         loglik, *stats = self.kernels.gaussian_estep(data.X, data.offsets, params.weights, params.theta,
-                                                     params.scale, self._with_squares)
+                                                     params.scale, self._squares)
         return loglik, GaussianStats(*stats)
 
     def log_resp(self, data, params):
         return self.kernels.gaussian_log_resp(data.X, data.offsets, params.weights, params.theta, params.scale)
 
     def stats_from_resp(self, data, resp):
-        return GaussianStats(*self.kernels.gaussian_stats(data.X, data.offsets, resp, self._with_squares))
+        return GaussianStats(*self.kernels.gaussian_stats(data.X, data.offsets, resp, self._squares))
 
     def m_step(self, stats):
         """``mu_r = Sx_r / N_r``, the maximizer of Q-hat (App. E.2), and the variances at it."""
@@ -85,9 +87,11 @@ class GaussianFamily(Family):
         if self.covariance_type == "identity":
             return np.ones((K, R, 1))
         N = stats.N[..., None] + _TINY
-        var = stats.Sxx / N - 2.0 * theta * stats.Sx / N + theta ** 2
-        if self.covariance_type == "spherical":
-            var = var.mean(axis=-1, keepdims=True)
+        cross, square = theta * stats.Sx / N, theta ** 2
+        if self.covariance_type == "spherical":  # Sxx holds sum_i g_ir ||x_i||^2: average over coordinates
+            var = (stats.Sxx / N - (2.0 * cross - square).sum(axis=-1, keepdims=True)) / d
+        else:
+            var = stats.Sxx / N - 2.0 * cross + square
         return np.maximum(var, 0.0) + self.reg_covar
 
     def initial_resp(self, X, y, n_components, random_state):

@@ -1,20 +1,62 @@
 """Hot loops: posteriors with log-sum-exp and responsibility-weighted sums.
 
-The backend is chosen here and only here. Each backend is a module with the
-same functions as :mod:`fedmm.kernels._numpy`, the reference implementation
-and the oracle of every fast path.
+The backend is chosen here and only here. Every backend offers the functions
+of :mod:`fedmm.kernels._numpy`, the reference implementation and the oracle of
+every fast path:
+
+- ``"numpy"``: the reference (per-client blocks of dense linear algebra);
+- ``"numba"``: one fused parallel pass per round (:mod:`fedmm.kernels._numba`),
+  compiled on first use and cached on disk;
+- ``"cupy"``: the array-module code on a GPU (:mod:`fedmm.kernels._array_module`);
+- ``"auto"``: CuPy when it is installed, a GPU is present and the problem has
+  at least ``GPU_MIN_SAMPLES`` samples; Numba otherwise.
+
+Fast backends are imported only when asked for, so importing fedmm loads
+neither Numba's compiler nor CuPy.
 """
+
+import importlib
 
 from . import _numpy
 
-_BACKENDS = {"numpy": _numpy}
+BACKENDS = ("auto", "numpy", "numba", "cupy")
+GPU_MIN_SAMPLES = 10 ** 6
 
-__all__ = ["get_kernels"]
+__all__ = ["BACKENDS", "GPU_MIN_SAMPLES", "get_kernels", "resolve_backend", "gpu_available"]
+
+_cache = {"numpy": _numpy}
+
+
+def gpu_available():
+    """Whether CuPy is importable and sees at least one GPU."""
+    try:
+        cupy = importlib.import_module("cupy")
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # not installed, no driver, no device: no GPU path
+        return False
+
+
+def resolve_backend(backend, n_samples):
+    """The concrete backend ``"auto"`` means for a problem of ``n_samples`` samples."""
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; choose one of {BACKENDS}.")
+    if backend != "auto":
+        return backend
+    return "cupy" if n_samples >= GPU_MIN_SAMPLES and gpu_available() else "numba"
 
 
 def get_kernels(backend="numpy"):
-    """Return the kernel module of ``backend`` (``"numpy"``: the reference)."""
-    try:
-        return _BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"Unknown backend {backend!r}; choose one of {sorted(_BACKENDS)}.") from None
+    """Return the kernel functions of a concrete ``backend`` ("numpy", "numba" or "cupy")."""
+    if backend in _cache:
+        return _cache[backend]
+    if backend == "numba":
+        _cache[backend] = importlib.import_module("fedmm.kernels._numba")
+    elif backend == "cupy":
+        if not gpu_available():
+            raise ValueError("backend='cupy' needs CuPy and a GPU (pip install 'fedmm[gpu]'); "
+                             "use backend='numba' or 'auto'.")
+        from ._array_module import kernels
+        _cache[backend] = kernels(importlib.import_module("cupy"))
+    else:
+        raise ValueError(f"Unknown backend {backend!r}; choose one of {BACKENDS}.")
+    return _cache[backend]

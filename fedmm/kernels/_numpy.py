@@ -7,7 +7,8 @@ and components, never over samples; each block is dense linear algebra.
 
 Shapes: ``X`` (n, p), ``y`` (n,), ``weights`` (K, R), component parameters
 ``theta`` (K, R, p), variances ``scale`` (K, R, s) with ``s`` either 1 (one
-variance per component) or ``p`` (one per coordinate).
+variance per component) or ``p`` (one per coordinate). ``X`` and ``y`` may be
+stored in float32; every backend computes in float64 (``_f64``).
 """
 
 import numpy as np
@@ -56,9 +57,22 @@ def _log_normalize(weighted_log_prob):
     return top[:, 0] + log_sum, shifted - log_sum[:, None]
 
 
-def _gaussian_stats(X, resp, with_squares):
-    """Responsibility sums ``N_r``, ``sum_i g_ir x_i`` and, if asked, ``sum_i g_ir x_i^2``."""
-    return resp.sum(axis=0), resp.T @ X, (resp.T @ (X * X) if with_squares else None)
+SQUARES = ("none", "coordinates", "total")
+
+
+def _gaussian_stats(X, resp, squares):
+    """Responsibility sums ``N_r``, ``sum_i g_ir x_i`` and the squares a variance needs.
+
+    ``squares``: "none"; "coordinates", ``sum_i g_ir x_ij^2`` per coordinate
+    (diagonal variances); "total", ``sum_i g_ir ||x_i||^2`` (spherical), shape (R, 1).
+    """
+    if squares == "none":
+        Sxx = None
+    elif squares == "coordinates":
+        Sxx = resp.T @ (X * X)
+    else:
+        Sxx = resp.T @ (X * X).sum(axis=1, keepdims=True)
+    return resp.sum(axis=0), resp.T @ X, Sxx
 
 
 def _regression_stats(X, y, resp):
@@ -68,6 +82,11 @@ def _regression_stats(X, y, resp):
 
 
 # --- all clients ---------------------------------------------------------------------
+
+def _f64(a):
+    """Samples stored in float32 are computed with in float64, as every backend does."""
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
 
 def _blocks(offsets):
     return [slice(a, b) for a, b in zip(offsets[:-1], offsets[1:])]
@@ -101,17 +120,18 @@ def _log_resp(offsets, weights, log_prob):
     return log_norm, log_resp
 
 
-def gaussian_estep(X, offsets, weights, means, variances, with_squares):
+def gaussian_estep(X, offsets, weights, means, variances, squares):
     """GMM E-step for all clients.
 
     Returns
     -------
     loglik : (K,) sum of log p(x_i) per client
-    N : (K, R), Sx : (K, R, p), Sxx : (K, R, p) or None
+    N : (K, R), Sx : (K, R, p), Sxx : (K, R, p), (K, R, 1) or None (see ``_gaussian_stats``)
     """
+    X = _f64(X)
     return _estep(offsets, weights,
                   lambda k, sl: _gaussian_log_prob(X[sl], means[k], variances[k]),
-                  lambda sl, resp: _gaussian_stats(X[sl], resp, with_squares))
+                  lambda sl, resp: _gaussian_stats(X[sl], resp, squares))
 
 
 def regression_estep(X, y, offsets, weights, coef, noise_var):
@@ -121,6 +141,7 @@ def regression_estep(X, y, offsets, weights, coef, noise_var):
     -------
     loglik : (K,), N : (K, R), A : (K, R, p, p), b : (K, R, p), Syy : (K, R)
     """
+    X, y = _f64(X), _f64(y)
     return _estep(offsets, weights,
                   lambda k, sl: _regression_log_prob(X[sl], y[sl], coef[k], noise_var[k]),
                   lambda sl, resp: _regression_stats(X[sl], y[sl], resp))
@@ -128,20 +149,24 @@ def regression_estep(X, y, offsets, weights, coef, noise_var):
 
 def gaussian_log_resp(X, offsets, weights, means, variances):
     """Per-sample ``log p(x_i)`` (n,) and log posteriors (n, R) for all clients."""
+    X = _f64(X)
     return _log_resp(offsets, weights, lambda k, sl: _gaussian_log_prob(X[sl], means[k], variances[k]))
 
 
 def regression_log_resp(X, y, offsets, weights, coef, noise_var):
     """Per-sample ``log p(y_i | x_i)`` (n,) and log posteriors (n, R) for all clients."""
+    X, y = _f64(X), _f64(y)
     return _log_resp(offsets, weights,
                      lambda k, sl: _regression_log_prob(X[sl], y[sl], coef[k], noise_var[k]))
 
 
-def gaussian_stats(X, offsets, resp, with_squares):
+def gaussian_stats(X, offsets, resp, squares):
     """Per-client GMM statistics for given responsibilities (used at initialization)."""
-    return _stack([_gaussian_stats(X[sl], resp[sl], with_squares) for sl in _blocks(offsets)])
+    X = _f64(X)
+    return _stack([_gaussian_stats(X[sl], resp[sl], squares) for sl in _blocks(offsets)])
 
 
 def regression_stats(X, y, offsets, resp):
     """Per-client regression statistics for given responsibilities (used at initialization)."""
+    X, y = _f64(X), _f64(y)
     return _stack([_regression_stats(X[sl], y[sl], resp[sl]) for sl in _blocks(offsets)])
