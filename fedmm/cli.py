@@ -1,11 +1,13 @@
-"""The ``fedmm`` command line."""
+"""The ``fedmm`` command line: ``fedmm demo`` and ``fedmm simulate``."""
 
 import argparse
 import sys
 import time
 from pathlib import Path
 
-from .studies import format_table, plot_study, run_study
+import numpy as np
+
+from .studies import ALL_METHODS, format_table, plot_study, run_study, write_csv
 
 DEMO_METHODS = ("fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem")
 
@@ -18,8 +20,9 @@ def demo(reps=3, out=".", h_values=(0.0, 0.5, 1.0, 1.5, 2.0), random_state=0):
     writes ``fedmm-demo.png``.
     """
     start = time.perf_counter()
-    rows = run_study("gmm", DEMO_METHODS, h_values, reps, random_state, design={"outlier_clients": [9]},
-                     fit_options={"n_init": 3, "max_iter": 1000, "tol": 1e-5})
+    settings = [{"h": h, "outlier_clients": (9,)} for h in h_values]
+    rows = run_study("gmm", DEMO_METHODS, settings, reps, random_state,
+                     fit_options={"n_init": 3, "max_iter": 1000, "tol": 1e-5}, n_jobs=1)
     print(f"GMM, K=10 clients (client 9 an outlier), n=150, d=10, R=5, {reps} replications per h:\n"
           "max over the non-outlier clients of the mean-estimation error")
     print(format_table(rows))
@@ -30,6 +33,36 @@ def demo(reps=3, out=".", h_values=(0.0, 0.5, 1.0, 1.5, 2.0), random_state=0):
     return rows
 
 
+def parse_range(text):
+    """``"0:2:0.25"`` -> 0, 0.25, ..., 2 (stop included); ``"0.5"`` -> 0.5; ``"0,1,3"`` -> 0, 1, 3."""
+    if ":" in text:
+        start, stop, step = (float(v) for v in text.split(":"))
+        return list(np.round(np.arange(start, stop + step / 2, step), 10))
+    return [float(v) for v in text.split(",")]
+
+
+def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n_outliers=1, n_init=5,
+             max_iter=1000, tol=1e-5, n_jobs=1, random_state=0):
+    """Run a study on the paper's design (App. B.1) and write ``results.csv``, ``summary.txt`` and ``study.png``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    outliers = tuple(range(n_clients - n_outliers, n_clients))
+    settings = [{"h": h, "n_clients": n_clients, "n_samples": n_samples, "outlier_clients": outliers}
+                for h in h_values]
+    rows = run_study(model, methods, settings, reps, random_state,
+                     fit_options={"n_init": n_init, "max_iter": max_iter, "tol": tol}, n_jobs=n_jobs, progress=True)
+    write_csv(rows, out / "results.csv")
+    text = [f"{model.upper()}, K={n_clients} ({n_outliers} outlier), n={n_samples}, {reps} replications per h; "
+            "mean (sd) of the max error over the non-outlier clients"]
+    for metric in ("theta_error", "weight_error", "misclustering"):
+        text += ["", metric, format_table(rows, metric)]
+    (out / "summary.txt").write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+    figure = plot_study(rows, out / "study.png", title=f"{model.upper()} study")
+    print(f"\nwrote {out / 'results.csv'}, {out / 'summary.txt'}, {figure}")
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fedmm", description="Federated mixture models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,10 +70,28 @@ def main(argv=None):
     p_demo.add_argument("--reps", type=int, default=3, help="replications per h (default 3)")
     p_demo.add_argument("--out", default=".", help="folder for fedmm-demo.png (default: current folder)")
     p_demo.add_argument("--seed", type=int, default=0)
+
+    p_sim = sub.add_parser("simulate", help="a simulation study on the FedGrEM paper's design (App. B.1)")
+    p_sim.add_argument("--model", choices=("gmm", "mor"), default="gmm")
+    p_sim.add_argument("--h", default="0:2:0.25", help="heterogeneity levels: start:stop:step, or a,b,c")
+    p_sim.add_argument("--reps", type=int, default=10)
+    p_sim.add_argument("--methods", default="all", help=f"comma-separated, or 'all' ({', '.join(ALL_METHODS)})")
+    p_sim.add_argument("--out", default="fedmm-study")
+    p_sim.add_argument("--clients", type=int, default=10)
+    p_sim.add_argument("--samples", type=int, default=150)
+    p_sim.add_argument("--outliers", type=int, default=1, help="number of outlier clients (the last ones)")
+    p_sim.add_argument("--n-init", type=int, default=5, help="local-EM starts per client")
+    p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores)")
+    p_sim.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "demo":
         Path(args.out).mkdir(parents=True, exist_ok=True)
         demo(reps=args.reps, out=args.out, random_state=args.seed)
+    else:
+        methods = "all" if args.methods == "all" else tuple(args.methods.split(","))
+        simulate(args.model, parse_range(args.h), args.reps, methods, args.out, n_clients=args.clients,
+                 n_samples=args.samples, n_outliers=args.outliers, n_init=args.n_init, n_jobs=args.jobs,
+                 random_state=args.seed)
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["PAPER_CENTERS", "Truth", "make_federated_gmm", "make_federated_mor"]
+__all__ = ["PAPER_CENTERS", "Truth", "make_federated_gmm", "make_federated_mor", "sample_gmm", "sample_mor", "snr"]
 
 PAPER_CENTERS = np.array([
     [1, 0, 3, -1, 1, -1, 0, 1, 1, -1],
@@ -54,10 +54,8 @@ def _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng
     weights = rng.dirichlet(np.full(R, float(concentration)), size=n_clients)
     outliers = np.zeros(n_clients, dtype=bool)
     outliers[list(outlier_clients)] = True
-    n_k = np.broadcast_to(np.asarray(n_samples), (n_clients,))
-    labels = [np.full(n, -1) if out else rng.choice(R, size=n, p=w)
-              for n, w, out in zip(n_k, weights, outliers)]
-    return Truth(weights, theta, outliers, centers, labels)
+    truth = Truth(weights, theta, outliers, centers, [])
+    return truth._replace(labels=_labels(truth, n_samples, rng))
 
 
 def make_federated_gmm(n_clients=10, n_samples=150, *, centers=None, h=0.0, concentration=5.0,
@@ -87,14 +85,7 @@ def make_federated_gmm(n_clients=10, n_samples=150, *, centers=None, h=0.0, conc
     """
     rng = check_random_state(random_state)
     truth = _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng)
-    d = truth.centers.shape[1]
-    X = []
-    for k, labels in enumerate(truth.labels):
-        if truth.outliers[k]:
-            X.append(2.0 + np.sqrt(3.0) * rng.standard_normal((len(labels), d)))
-        else:
-            X.append(truth.theta[k, labels] + rng.standard_normal((len(labels), d)))
-    return X, truth
+    return _draw_gmm(truth, truth.labels, rng), truth
 
 
 def make_federated_mor(n_clients=10, n_samples=150, *, centers=None, h=0.0, concentration=5.0,
@@ -113,11 +104,59 @@ def make_federated_mor(n_clients=10, n_samples=150, *, centers=None, h=0.0, conc
     """
     rng = check_random_state(random_state)
     truth = _truth(n_clients, n_samples, centers, h, concentration, outlier_clients, rng)
+    X, y = _draw_mor(truth, truth.labels, rng)
+    return X, y, truth
+
+
+def _labels(truth, n_samples, rng):
+    n_k = np.broadcast_to(np.asarray(n_samples), (len(truth.weights),))
+    return [np.full(n, -1) if out else rng.choice(len(w), size=n, p=w)
+            for n, w, out in zip(n_k, truth.weights, truth.outliers)]
+
+
+def _draw_gmm(truth, labels, rng):
+    d = truth.centers.shape[1]
+    return [2.0 + np.sqrt(3.0) * rng.standard_normal((len(lab), d)) if out
+            else truth.theta[k, lab] + rng.standard_normal((len(lab), d))
+            for k, (lab, out) in enumerate(zip(labels, truth.outliers))]
+
+
+def _draw_mor(truth, labels, rng):
     d = truth.centers.shape[1]
     X, y = [], []
-    for k, labels in enumerate(truth.labels):
-        Xk = rng.standard_normal((len(labels), d))
-        coef = np.full((len(labels), d), 3.0) if truth.outliers[k] else truth.theta[k, labels]
+    for k, lab in enumerate(labels):
+        Xk = rng.standard_normal((len(lab), d))
+        coef = np.full((len(lab), d), 3.0) if truth.outliers[k] else truth.theta[k, lab]
         X.append(Xk)
-        y.append(np.einsum("ij,ij->i", Xk, coef) + rng.standard_normal(len(labels)))
-    return X, y, truth
+        y.append(np.einsum("ij,ij->i", Xk, coef) + rng.standard_normal(len(lab)))
+    return X, y
+
+
+def sample_gmm(truth, n_samples, random_state=None):
+    """New samples (e.g. held-out test data) from the same federated GMM.
+
+    Returns
+    -------
+    X : list of ndarray, labels : list of ndarray (-1 on outlier clients)
+    """
+    rng = check_random_state(random_state)
+    labels = _labels(truth, n_samples, rng)
+    return _draw_gmm(truth, labels, rng), labels
+
+
+def sample_mor(truth, n_samples, random_state=None):
+    """New samples from the same federated mixture of regressions: ``X``, ``y``, labels."""
+    rng = check_random_state(random_state)
+    labels = _labels(truth, n_samples, rng)
+    X, y = _draw_mor(truth, labels, rng)
+    return X, y, labels
+
+
+def snr(truth):
+    """Signal-to-noise ratio of App. B.1: ``min_{k in S} max_{r != r'} ||theta_r^(k) - theta_r'^(k)||``.
+
+    Fig. 3 plots errors against ``h / SNR``.
+    """
+    theta = truth.theta[~truth.outliers]
+    gaps = np.linalg.norm(theta[:, :, None] - theta[:, None, :], axis=-1)
+    return float(gaps.max(axis=(1, 2)).min())
