@@ -16,6 +16,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .algorithms import METHODS, fit_restarts, make_algorithm
+from .algorithms._base import fit_weights
 from .data import FederatedData
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .initialization import align_params, make_starts
@@ -80,7 +81,6 @@ class _FederatedMixture(BaseEstimator, ABC):
             params, alignment = align_params(params, self.alignment, rng)
 
         self._family = family
-        self._per_client = algorithm.per_client
         self.n_clients_ = data.n_clients
         self.client_ids_ = data.client_ids
         self.params_ = params
@@ -130,15 +130,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         K, R = data.n_clients, self.n_components
         params = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(center, (K,) + center.shape),
                                np.broadcast_to(scale, (K,) + scale.shape))
-        previous = None
-        for _ in range(self.max_iter):
-            loglik, stats = self._family.estep(data, params)
-            params = params._replace(weights=stats.N / data.n_samples[:, None])
-            mean_ll = loglik / data.n_samples
-            if previous is not None and np.max(np.abs(mean_ll - previous)) < self.tol:
-                break
-            previous = mean_ll
-        return params.weights if many else params.weights[0]
+        weights = fit_weights(self._family, data, params, max_iter=self.max_iter, tol=self.tol)
+        return weights if many else weights[0]
 
     # --- evaluation on (new) data of fitted clients ------------------------------------
 
@@ -202,9 +195,21 @@ class _FederatedMixture(BaseEstimator, ABC):
         return unpack(np.exp(log_resp))
 
     def _information_criterion(self, X, y, client, groups, penalty):
+        """``-2 loglik + penalty(n) * (number of parameters)`` over the given clients.
+
+        Mixing proportions count once per client (once in all for pooled
+        methods); component parameters once per client, or once in all for
+        the methods that share them (pooled, FedEM). For FedGrEM and TGMM,
+        whose clients keep their own but pulled-together parameters, this is
+        an upper bound on the effective number of parameters.
+        """
         data, log_norm, _, _ = self._log_resp(X, y, client, groups)
-        sets = data.n_clients if self._per_client else 1
-        n_params = sets * self._family.n_parameters(self.n_components, self.n_features_in_)
+        algorithm = METHODS[self.method]
+        K, R = data.n_clients, self.n_components
+        per_mixture = self._family.n_parameters(R, self.n_features_in_)
+        weight_sets = 1 if algorithm.shared else K
+        component_sets = 1 if algorithm.shares_components else K
+        n_params = weight_sets * (R - 1) + component_sets * (per_mixture - (R - 1))
         return -2.0 * log_norm.sum() + penalty(len(log_norm)) * n_params
 
     def _bic(self, X, y, client, groups):
@@ -451,8 +456,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     def bic(self, X, client=None, groups=None):
         """Bayesian information criterion of the given clients' data (lower is better).
 
-        Counts one parameter set per client for the local methods and one in
-        all for the pooled ones.
+        Parameter counts: see ``docs/models.md`` (per client for the local
+        methods, once for the pooled ones, shared components for FedEM).
         """
         return self._bic(X, None, client, groups)
 

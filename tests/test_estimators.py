@@ -272,3 +272,11 @@ def test_convergence_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         assert FederatedGaussianMixture(3, random_state=0).fit(X).converged_
+
+
+def test_fedem_counts_shared_components_once_and_proportions_per_client():
+    X, _ = make_federated_gmm(3, 100, centers=WELL_SEPARATED, random_state=16)
+    gm = FederatedGaussianMixture(3, method="fedem", random_state=0).fit(X)
+    loglik = np.concatenate(gm.score_samples(X)).sum()
+    expected = 3 * 2 + 3 * 2  # proportions (R - 1) per client, means R d once
+    assert gm.bic(X) == pytest.approx(-2 * loglik + expected * np.log(300))

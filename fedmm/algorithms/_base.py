@@ -13,7 +13,7 @@ import numpy as np
 
 from ..families import MixtureParams
 
-__all__ = ["Algorithm", "DivergenceError", "FitResult", "run_rounds", "fit_restarts", "em_update",
+__all__ = ["Algorithm", "DivergenceError", "FitResult", "run_rounds", "fit_restarts", "fit_weights", "em_update",
            "grem_update", "step_sizes", "ETA_RULES"]
 
 
@@ -84,12 +84,16 @@ class Algorithm(ABC):
         least ``n_components`` samples.
     shared : bool
         True when all clients end with one common estimate (pooled methods).
+    shares_components : bool
+        True when all clients end with the same component parameters (pooled
+        methods, FedEM); the count of parameters (BIC, AIC) depends on it.
     default_init : str
         The start ``init="auto"`` means (see :mod:`fedmm.initialization`).
     """
 
     per_client = True
     shared = False
+    shares_components = False
     default_init = "family"
     #: What ``tol`` is compared with: the change of mean log-likelihood per sample
     #: ("log_likelihood", scikit-learn's rule) or of the parameters ("parameter_change").
@@ -187,6 +191,27 @@ def fit_restarts(algorithm, family, data, starts, max_iter, tol):
     kept = [runs[i] for i in np.unique(choice)]
     return FitResult(params, max(r.n_iter for r in kept), all(r.converged for r in kept),
                      runs[best_total].history, loglik[choice, clients], runs[best_total].state, best_total)
+
+
+def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
+    """EM on the mixing proportions only, the components fixed (FedEM Sec. 2.2 / 3.2).
+
+    Updates ``w = N / n_k`` for the clients in ``clients`` (a boolean mask;
+    all by default) until no client's mean log-likelihood per sample changes by
+    ``tol``. Used to personalize a new client, and to give a client restarted
+    from the consensus proportions that fit its data.
+    """
+    n_k = data.n_samples
+    clients = np.ones(data.n_clients, dtype=bool) if clients is None else clients
+    previous = None
+    for _ in range(max_iter):
+        loglik, stats = family.estep(data, params)
+        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
+        mean_ll = loglik / n_k
+        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
+            break
+        previous = mean_ll
+    return params.weights
 
 
 def _check_finite(params, loglik, t):

@@ -20,6 +20,7 @@ class FedEM(Algorithm):
     """FedEM (``method="fedem"``): shared components, local mixing proportions."""
 
     per_client = False
+    shares_components = True
     default_init = "common"
 
     def step(self, family, stats, params, n_k):

@@ -14,7 +14,7 @@ from scipy.stats import chi2
 
 from ..central import central_update
 from ..families import MixtureParams
-from ._base import Algorithm, grem_update, run_rounds
+from ._base import Algorithm, fit_weights, grem_update, run_rounds
 
 PENALTIES = ("paper", "theory")
 POOLING_SIZES = ("client", "component")
@@ -137,7 +137,9 @@ class FedGrEM(Algorithm):
             if not candidates.any():
                 break
             theta = np.where(candidates[:, None, None], result.state["center"], result.params.theta)
-            weights = _weights_at(family, data, result.params._replace(theta=theta), candidates, max_iter, tol)
+            # Proportions that fit the client's data under the consensus components, so that its step
+            # sizes C_eta / w_hat match the proportions it will have.
+            weights = fit_weights(family, data, result.params._replace(theta=theta), candidates, max_iter, tol)
             trial = run_rounds(self, family, data, MixtureParams(weights, theta, result.params.scale), max_iter, tol)
             # Keep a client's restart only where it raised the client's own term of FedGrEM's
             # objective (log-likelihood minus central penalty) by more than chance would: a
@@ -172,23 +174,3 @@ def _penalized_loglik(result):
     state = result.state
     gap = np.maximum(state["distance"] - state["threshold"], 0.0)
     return result.loglik - (state["sqrt_n_lambda"] * result.params.weights * gap).sum(axis=1)
-
-
-def _weights_at(family, data, params, clients, max_iter, tol):
-    """EM on the mixing proportions of ``clients`` with their components fixed (others unchanged).
-
-    A client restarted from the consensus gets proportions that fit its data
-    under the consensus components, so that its step sizes ``C_eta / w_hat``
-    match the proportions it will have (a uniform restart can give a step
-    twice too long for a component that then takes half the client's data).
-    """
-    n_k = data.n_samples
-    previous = None
-    for _ in range(max_iter):
-        loglik, stats = family.estep(data, params)
-        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
-        mean_ll = loglik / n_k
-        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
-            break
-        previous = mean_ll
-    return params.weights

@@ -14,6 +14,7 @@ from ._base import Algorithm, em_update, grem_update
 class _Pooled(Algorithm):
     per_client = False
     shared = True
+    shares_components = True
 
     def step(self, family, stats, params, n_k):
         pooled = pool_stats(stats)
