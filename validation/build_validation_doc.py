@@ -39,7 +39,7 @@ and are run by hand.
   - **FedGrEM converges.** With the paper's fixed step `C_eta / w_hat^[0]` only 25 to 60% of runs
     converge: a component whose weight grows oscillates for ever. fedmm's safeguarded step
     converges in every run, and its restarts from the consensus rescue clients stuck in poor starts
-    (3.20 becomes 0.65 from single starts).
+    (about 3 becomes 0.65 from single starts).
 - **C_eta (Table 5's trend): it differs at h = 0, and we know why.** The paper finds the error of the
   means decreasing in C_eta at every h. fedmm finds that at h = 0 a *smaller* C_eta is better, and
   from h = 1 on a larger one (the paper's direction). A gradient step with `eta w ~ C_eta` leaves a
