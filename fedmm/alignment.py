@@ -27,6 +27,8 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state
 
+from ._assumptions import AssumptionCheck, Condition
+
 __all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions"]
 
 ALIGNMENT_METHODS = ("consensus", "stepwise", "greedy", "exhaustive")
@@ -226,45 +228,6 @@ def _exhaustive(theta, max_candidates):
 
 
 # --- Assumptions C.1 and C.3, given the truth ------------------------------------------
-
-class Condition(NamedTuple):
-    """One inequality of an assumption, with its two sides evaluated."""
-
-    name: str
-    formula: str
-    lhs: float
-    rhs: float
-    holds: bool
-
-
-class AssumptionCheck(NamedTuple):
-    """The conditions of one assumption and the quantities they use.
-
-    Attributes
-    ----------
-    name : str
-    conditions : list of Condition
-    quantities : dict
-        ``Delta`` (separation), ``h`` (similarity), ``e0`` (initial error up to
-        permutation), ``eps`` (outlier fraction), and ``K0`` for C.3.
-    """
-
-    name: str
-    conditions: list
-    quantities: dict
-
-    @property
-    def holds(self):
-        return all(c.holds for c in self.conditions)
-
-    def __str__(self):
-        q = ", ".join(f"{k} = {v:.4g}" for k, v in self.quantities.items())
-        lines = [f"Assumption {self.name}: {'holds' if self.holds else 'fails'}  ({q})"]
-        for c in self.conditions:
-            lines.append(f"  ({c.name}) {c.formula}: {c.lhs:.4g} vs {c.rhs:.4g}  "
-                         f"{'holds' if c.holds else 'FAILS'}")
-        return "\n".join(lines)
-
 
 def check_assumptions(theta_init, theta_true, outliers=None, h=None, order=None):
     """Check Assumptions C.1 (exhaustive search) and C.3 (stepwise search) of App. C.2.
