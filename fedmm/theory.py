@@ -26,7 +26,7 @@ import numpy as np
 
 from ._assumptions import AssumptionCheck, Condition
 
-__all__ = ["TERMS", "Bound", "bound", "theorem_a8", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
+__all__ = ["TERMS", "Bound", "bound", "theorem_a8", "localized_radius", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
            "theory_penalty_params", "check_conditions"]
 
 TERMS = ("iterative", "aggregation", "mixing", "heterogeneity", "outliers")
@@ -126,6 +126,23 @@ def theorem_a8(model="gmm", *, n, K, d, R, h=0.0, eps=0.0, T=1000, delta=0.05, M
     setting = dict(model=model, n=n, K=K, d=d, R=R, h=h, eps=eps, T=T, delta=delta, M=M, c_w=c_w,
                    kappa0=kappa0_tilde, Delta=Delta, C_b=C_b, localization_contraction=float(contraction))
     return Bound({key: float(v) for key, v in terms.items()}, setting)
+
+
+def localized_radius(*, n, K, d, R, h=0.0, eps=0.0, T=1000, delta=0.05, M=1.0, c_w=1.0, eta_bar=None,
+                     kappa0=0.5, C=1.0):
+    """Upper bound on the localized radius ``r*_{theta,T}`` (Prop. A.14 for GMMs, A.19 for MoRs: the same form).
+
+    ``T^2 kappa0^(T-1) M + eta_bar R M^3 sqrt(d/(n S)) + [(eta_bar M) v 1] [R M^2 + R log(R/c_w)] sqrt(1/n)
+    + [(eta_bar M) v 1] sqrt(log(RK/delta)/n) + min{h, eta_bar R M^3 sqrt(d/n)}
+    + eps eta_bar R M^2 [(eta_bar M) v 1] sqrt(d/n)``, times ``C``; ``eta_bar = R / c_w`` by default
+    (the step size of Cor. A.12 / A.17 with ``w_hat >= c_w / R``).
+    """
+    eta_bar = R / c_w if eta_bar is None else eta_bar
+    S = K * (1 - eps)
+    big = max(eta_bar * M, 1.0)
+    return C * (T ** 2 * kappa0 ** (T - 1) * M + eta_bar * R * M ** 3 * np.sqrt(d / (n * S))
+                + big * (R * M ** 2 + R * np.log(R / c_w)) * np.sqrt(1 / n) + big * np.sqrt(np.log(R * K / delta) / n)
+                + min(h, eta_bar * R * M ** 3 * np.sqrt(d / n)) + eps * eta_bar * R * M ** 2 * big * np.sqrt(d / n))
 
 
 def local_rate(n, d, R, M=1.0, c_w=1.0, C=1.0):

@@ -135,3 +135,13 @@ def test_theorem_a8_says_nothing_where_localization_cannot_contract():
     assert small.setting["localization_contraction"] > 1 and np.isinf(small.terms["mixing"])
     large = theorem_a8("gmm", n=10 ** 8, K=10, d=10, R=5, Delta=5.0, T=50)
     assert large.setting["localization_contraction"] < 1 and np.isfinite(large.terms["mixing"])
+
+
+def test_localized_radius_by_hand():
+    from fedmm.theory import localized_radius
+    r = localized_radius(n=100, K=4, d=4, R=2, h=0.05, eps=0.25, T=2, delta=0.5, M=1.0, c_w=1.0, eta_bar=2.0,
+                         kappa0=0.5)
+    S, big = 3.0, 2.0
+    expected = (4 * 0.5 + 2 * 2 * np.sqrt(4 / 300) + big * (2 + 2 * np.log(2)) * 0.1 + big * np.sqrt(np.log(16) / 100)
+                + min(0.05, 2 * 2 * 0.2) + 0.25 * 2 * 2 * big * 0.2)
+    assert r == pytest.approx(expected)
