@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 
 from ._assumptions import AssumptionCheck, Condition
 
-__all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions"]
+__all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions", "bottleneck"]
 
 ALIGNMENT_METHODS = ("consensus", "stepwise", "greedy", "exhaustive")
 
@@ -262,7 +262,7 @@ def check_assumptions(theta_init, theta_true, outliers=None, h=None, order=None)
     delta = min(pdist(theta_true[k]).min() for k in S)
     if h is None:
         h = max(_enclosing_radius(theta_true[S, r]) for r in range(R))
-    e0 = max(_bottleneck(_cost(theta_true[k], theta_init[k])) for k in S)
+    e0 = max(bottleneck(_cost(theta_true[k], theta_init[k])) for k in S)
     order = np.arange(K) if order is None else np.asarray(order)
     K0 = int(np.argmax(outliers[order])) if outliers.any() else K
 
@@ -282,7 +282,7 @@ def check_assumptions(theta_init, theta_true, outliers=None, h=None, order=None)
     return {"C.1": c1, "C.3": c3}
 
 
-def _bottleneck(cost):
+def bottleneck(cost):
     """``min_pi max_r cost[r, pi(r)]``: the smallest threshold admitting a perfect matching."""
     values = np.unique(cost)
     lo, hi = 0, len(values) - 1

@@ -28,7 +28,8 @@ __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 class _FederatedMixture(BaseEstimator, ABC):
     """Shared machinery: fitting with restarts, and per-client evaluation."""
 
-    _needs_y = False
+    #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
+    _family_class = None
 
     @abstractmethod
     def _make_family(self, backend):
@@ -60,7 +61,7 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _fit(self, X, y, groups):
         self._check_params()
-        data = FederatedData.from_input(X, y, groups, require_y=self._needs_y)
+        data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
         algorithm = make_algorithm(self.method, C_eta=self.C_eta, eta_rule=self.eta_rule, penalty=self.penalty,
                                    penalty_params=self.penalty_params, center_restarts=self.center_restarts,
@@ -355,6 +356,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     """
 
     _theta_init = "means_init"
+    _family_class = GaussianFamily
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
                  max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
@@ -501,7 +503,7 @@ class FederatedMixtureRegression(_FederatedMixture):
     """
 
     _theta_init = "coef_init"
-    _needs_y = True
+    _family_class = RegressionFamily
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
                  n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,

@@ -36,12 +36,11 @@ __all__ = ["INITS", "make_starts", "align_params", "family_start", "common_start
 
 def family_start(family, data, n_components, random_state, pooled):
     """The family's starting responsibilities, then one M-step (per client, or on the pooled data)."""
-    if not pooled:
-        _check_clients_can_start(data, n_components)
     if pooled:
         resp = family.initial_resp(data.X, data.y, n_components, random_state)
         stats = pool_stats(family.stats_from_resp(data, resp))
         return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
+    _check_clients_can_start(data, n_components)
     resp = np.concatenate([family.initial_resp(*data.client(k), n_components, random_state)
                            for k in range(data.n_clients)])
     return em_update(family, family.stats_from_resp(data, resp), data.n_samples)

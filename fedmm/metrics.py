@@ -4,7 +4,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score
 
-from .alignment import _bottleneck
+from .alignment import bottleneck
 
 __all__ = ["best_permutation", "estimation_errors", "misclustering_rate", "adjusted_rand_index"]
 
@@ -59,8 +59,8 @@ def estimation_errors(weights_hat, theta_hat, weights, theta, matching="joint"):
         weight_error = np.abs(weights_hat[rows, perms] - weights).max(axis=1)
         theta_error = np.linalg.norm(theta_hat[rows, perms] - theta, axis=-1).max(axis=1)
     elif matching == "separate":
-        weight_error = np.array([_bottleneck(np.abs(w[:, None] - wh[None, :])) for wh, w in zip(weights_hat, weights)])
-        theta_error = np.array([_bottleneck(np.linalg.norm(t[:, None] - th[None, :], axis=-1))
+        weight_error = np.array([bottleneck(np.abs(w[:, None] - wh[None, :])) for wh, w in zip(weights_hat, weights)])
+        theta_error = np.array([bottleneck(np.linalg.norm(t[:, None] - th[None, :], axis=-1))
                                 for th, t in zip(theta_hat, theta)])
     else:
         raise ValueError(f"matching must be 'joint' or 'separate', got {matching!r}.")

@@ -55,7 +55,7 @@ def _one_fit(model, method, setting, seed, fit_options):
     w_sep, _ = estimation_errors(est.weights_, theta_hat, truth.weights, truth.theta, matching="separate")
     mis = [misclustering_rate(labels[k], predicted[k]) for k in keep]
     ari = [adjusted_rand_index(labels[k], predicted[k]) for k in keep]
-    return {"model": model, "method": method, **{k: v for k, v in setting.items()}, "h": h,
+    return {"model": model, "method": method, **setting, "h": h,
             "h_over_snr": h / snr(truth), "seed": seed,
             "theta_error": float(theta_err[keep].max()), "weight_error": float(w_err[keep].max()),
             "weight_error_separate": float(w_sep[keep].max()), "theta_error_mean": float(theta_err[keep].mean()),

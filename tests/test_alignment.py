@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from fedmm.alignment import _bottleneck, _enclosing_radius, align, check_assumptions, score
+from fedmm.alignment import bottleneck, _enclosing_radius, align, check_assumptions, score
 
 
 def _scrambled(truth, rng):
@@ -155,9 +155,9 @@ def test_check_assumptions_numbers():
     assert c1.holds and "holds" in str(c1)
 
 
-def test_bottleneck_and_enclosing_radius():
+def testbottleneck_and_enclosing_radius():
     cost = np.array([[1.0, 9.0], [2.0, 3.0]])
-    assert _bottleneck(cost) == 3.0  # identity: max(1, 3) = 3; swap: max(9, 2) = 9
+    assert bottleneck(cost) == 3.0  # identity: max(1, 3) = 3; swap: max(9, 2) = 9
     square = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0], [0.0, 0.5]])
     assert _enclosing_radius(square) == pytest.approx(np.sqrt(2), rel=1e-6)
 

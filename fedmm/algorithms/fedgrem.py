@@ -150,13 +150,12 @@ class FedGrEM(Algorithm):
             keep = ~candidates | (gain > 0.5 * chi2.ppf(0.95, start.theta.shape[-1]))
             if not keep[candidates].any():
                 break
-            mixed = trial.params.where(keep, result.params)
-            final = run_rounds(self, family, data, mixed, max_iter, tol) if not keep.all() else trial
-            history = {k: np.concatenate([result.history[k], trial.history[k], final.history[k]])
-                       for k in final.history} if final is not trial else \
-                {k: np.concatenate([result.history[k], trial.history[k]]) for k in trial.history}
-            n_iter = result.n_iter + trial.n_iter + (final.n_iter if final is not trial else 0)
-            result = final._replace(n_iter=n_iter, history=history,
+            passes = [result, trial]
+            if not keep.all():  # some restarts were rejected: settle the mixed state jointly
+                passes.append(run_rounds(self, family, data, trial.params.where(keep, result.params), max_iter, tol))
+            final = passes[-1]
+            result = final._replace(n_iter=sum(p.n_iter for p in passes),
+                                    history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
                                     state={**final.state, "center_restarts": restart,
                                            "restarted": np.flatnonzero(candidates & keep)})
         return result

@@ -44,6 +44,7 @@ def kernels(xp):
     host = (lambda a: a) if xp is np else (lambda a: None if a is None else xp.asnumpy(a))
 
     def gaussian_log_prob(Xk, means, variances):
+        # log N(x; mu_r, diag(sigma_r^2)): FedGrEM Sec. 3.3, eq. (4) (identity when all variances are 1).
         d = Xk.shape[1]
         precision = xp.broadcast_to(1.0 / variances, means.shape)
         maha = (Xk * Xk) @ precision.T - 2.0 * Xk @ (means * precision).T + (means * means * precision).sum(1)
@@ -51,6 +52,7 @@ def kernels(xp):
         return -0.5 * (d * LOG_2PI + log_det + maha)
 
     def regression_log_prob(Xk, yk, coef, noise_var):
+        # log N(y; x^T theta_r, sigma_r^2): FedGrEM Sec. 3.4, eq. (5).
         var = noise_var[:, 0]
         resid = yk[:, None] - Xk @ coef.T
         return -0.5 * (LOG_2PI + xp.log(var) + resid * resid / var)
