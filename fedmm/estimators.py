@@ -21,6 +21,7 @@ from .data import FederatedData
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .initialization import align_params, make_starts
 from .kernels import resolve_backend
+from .units import pooled_moments
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 
@@ -35,14 +36,14 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _make_family(self, backend):
         """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
 
-    def _user_start(self, family):
-        """``(weights, theta)`` from the user's initial values, or None."""
+    def _user_start(self, family, units):
+        """``(weights, theta)`` from the user's initial values (in standard units), or None."""
         theta = getattr(self, self._theta_init)
         if theta is None:
             if self.weights_init is not None:
                 raise ValueError(f"weights_init needs {self._theta_init}: a start fixes both.")
             return None
-        return self.weights_init, family.design_theta(np.asarray(theta, dtype=float))
+        return self.weights_init, family.to_internal(family.design_theta(np.asarray(theta, dtype=float)), units)
 
     @abstractmethod
     def _publish(self, params):
@@ -52,6 +53,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         checks = [("n_components", self.n_components, Integral, 1), ("n_init", self.n_init, Integral, 1),
                   ("max_iter", self.max_iter, Integral, 1), ("tol", self.tol, Real, 0.0),
                   ("C_eta", self.C_eta, Real, np.nextafter(0.0, 1.0))]
+        if isinstance(self.C_eta, Real) and self.C_eta >= 2:
+            raise ValueError(f"C_eta must be below 2, got {self.C_eta!r}: a gradient step with eta * w >= 2 "
+                             "overshoots the M-step instead of moving towards it (the paper uses 0.55 to 1.35).")
         for name, value, kind, low in checks:
             if isinstance(value, bool) or not isinstance(value, kind) or value < low:
                 raise ValueError(f"{name} must be {'an integer' if kind is Integral else 'a number'} "
@@ -68,18 +72,22 @@ class _FederatedMixture(BaseEstimator, ABC):
                                    pooling_sizes=self.pooling_sizes, tgmm_lambda=self.tgmm_lambda)
         data.check_components(self.n_components, per_client=algorithm.per_client)
         self.n_features_in_ = data.n_features
+        # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
+        units = family.units(pooled_moments(data))
+        data = units.transform(data)
         data = data.with_X(family.design(data.X))
         rng = check_random_state(self.random_state)
 
         starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
                              max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
-                             random_state=rng, user=self._user_start(family))
+                             random_state=rng, user=self._user_start(family, units))
         result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
         params, alignment = result.params, starts[result.start][1]
         if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
             # Independent clients label their components in any order; relabel the final
             # estimates so that component r means the same thing on every client.
             params, alignment = align_params(params, self.alignment, rng)
+        params = family.to_original(params, units)
 
         self._family = family
         self.n_clients_ = data.n_clients
@@ -89,10 +97,11 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.alignment_ = alignment
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
-        self.history_ = result.history
-        self.log_likelihood_ = result.loglik / data.n_samples
-        self.lower_bound_ = result.loglik.sum() / data.n_samples.sum()
-        self._set_center(params, result.state)
+        jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
+        self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
+        self.log_likelihood_ = result.loglik / data.n_samples + jacobian
+        self.lower_bound_ = result.loglik.sum() / data.n_samples.sum() + jacobian
+        self._set_center(family, params, result.state, units)
         self._publish(params)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
@@ -100,15 +109,19 @@ class _FederatedMixture(BaseEstimator, ABC):
                           ConvergenceWarning, stacklevel=3)
         return self
 
-    def _set_center(self, params, state):
+    def _set_center(self, family, params, state, units):
         """The consensus parameters and, for FedGrEM, which clients it pooled.
 
         FedGrEM's centre is the ``nu_bar`` of its last central update, FedEM's
         and the pooled methods' the shared estimate; for the local methods it
         is the coordinate-wise median of the (aligned) client estimates.
         Variances of the centre are the clients' coordinate-wise median.
+        Distances and thresholds stay in the noise units the central update
+        works in (:func:`fedmm.algorithms.fedgrem.noise_scale`).
         """
-        center = state.get("center", np.median(params.theta, axis=0))
+        center = np.median(params.theta, axis=0)
+        if "center" in state:
+            center = family.to_original(MixtureParams(None, state["center"][None], params.scale[:1]), units).theta[0]
         self._center = (center, np.median(params.scale, axis=0))
         if "pooled" in state:
             self.pooled_ = state["pooled"]
@@ -220,6 +233,14 @@ class _FederatedMixture(BaseEstimator, ABC):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
 
 
+def _log_jacobian(units, conditional):
+    """``log |d(standard)/d(original)|`` per sample: of ``y`` for a regression (densities of ``y`` given
+    ``x``), of ``x`` for a Gaussian mixture."""
+    if conditional:
+        return -np.log(units.y_scale)
+    return np.linalg.slogdet(units.x_map)[1]  # p(x) = p_std(z) |det x_map|
+
+
 _SHARED_PARAMS_DOC = """
     method : {"fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
         The estimation strategy (``docs/methods.md``): FedGrEM (robust,
@@ -327,11 +348,15 @@ class FederatedGaussianMixture(_FederatedMixture):
     n_components : int, default=1
         Number of mixture components ``R``.
     {_SHARED_PARAMS_DOC.strip()}
-    covariance_type : {{"identity", "spherical", "diag"}}, default="identity"
-        ``"identity"`` is the model of FedGrEM eq. (4); the others estimate
-        per-component variances (an extension beyond the paper's theory).
+    covariance_type : {{"identity", "spherical", "diag"}}, default="diag"
+        ``"diag"`` and ``"spherical"`` estimate per-component variances (an
+        extension beyond the paper's theory), as a scikit-learn or mclust user
+        expects on real data; ``"identity"`` is the model of FedGrEM eq. (4),
+        unit variances in the data's own units, under which its theory holds
+        (``docs/units.md``).
     reg_covar : float, default=1e-6
-        Added to estimated variances.
+        Added to estimated variances, in standard units (a fraction of each
+        feature's pooled variance), so that it does not depend on the data's units.
     weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
         Initial mixing proportions (uniform by default when ``means_init`` is given).
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
@@ -358,7 +383,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     _theta_init = "means_init"
     _family_class = GaussianFamily
 
-    def __init__(self, n_components=1, *, method="local-em", covariance_type="identity", n_init=1,
+    def __init__(self, n_components=1, *, method="local-em", covariance_type="diag", n_init=1,
                  max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", tgmm_lambda=0.4,
                  reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", random_state=None):
@@ -479,9 +504,16 @@ class FederatedMixtureRegression(_FederatedMixture):
     fit_intercept : bool, default=True
         Give every component an intercept (the paper's model, eq. (5), has
         none: set False to match it).
-    noise_variance : float or {{"shared", "component"}}, default=1.0
-        A number fixes the noise variance (1.0 is the paper's model);
-        ``"shared"`` estimates one per client, ``"component"`` one per component.
+    noise_variance : float or {{"shared", "component"}}, default="component"
+        ``"component"`` estimates one noise variance per component (flexmix's
+        and mixreg's default), ``"shared"`` one per client; a number fixes it,
+        in the units of ``y`` (1.0 is the paper's model, eq. (5); ``docs/units.md``).
+    precondition : bool, default=True
+        Gradient methods: precondition the gradient step of component ``r`` by
+        ``(A_r / N_r)^{-1}``, the inverse of its design's second moment, so the
+        step cannot overshoot on features that are not ``N(0, I)``
+        (:meth:`fedmm.families.RegressionFamily.gradient_step`). False gives
+        the paper's plain gradient step.
     weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
         Initial mixing proportions (uniform by default when ``coef_init`` is given).
     coef_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
@@ -505,8 +537,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     _theta_init = "coef_init"
     _family_class = RegressionFamily
 
-    def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance=1.0,
-                 n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
+    def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance="component",
+                 precondition=True, n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", tgmm_lambda=0.4, weights_init=None,
                  coef_init=None, backend="auto", random_state=None):
@@ -514,6 +546,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.method = method
         self.fit_intercept = fit_intercept
         self.noise_variance = noise_variance
+        self.precondition = precondition
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -532,7 +565,8 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.random_state = random_state
 
     def _make_family(self, backend):
-        return RegressionFamily(self.fit_intercept, self.noise_variance, backend=backend)
+        return RegressionFamily(self.fit_intercept, self.noise_variance, precondition=self.precondition,
+                                backend=backend)
 
     def _publish(self, params):
         d = self.n_features_in_

@@ -27,6 +27,7 @@ from .algorithms import fit_restarts
 from .algorithms.local import LocalEM
 from .algorithms._base import em_update
 from .families import MixtureParams, pool_stats
+from .families._base import one_hot
 
 INITS = ("auto", "family", "local-em", "common")
 
@@ -75,8 +76,12 @@ def common_start(family, data, n_components, random_state):
 def user_start(family, data, weights, theta):
     """A start from given weights (K, R) or (R,) and parameters (K, R, p) or (R, p).
 
-    Variances are those that maximize Q-hat at ``theta`` under the
-    responsibilities of a unit-variance start (fixed ones stay fixed).
+    Variances are those that maximize Q-hat at ``theta`` when every sample
+    goes to its most probable component under unit variances (fixed ones stay
+    fixed). Hard assignment, because the data are in standard units
+    (:mod:`fedmm.units`), where a unit variance can be much wider than a
+    component, and soft responsibilities would then mix the components and
+    inflate every variance.
     """
     K = data.n_clients
     theta = np.asarray(theta, dtype=float)
@@ -93,8 +98,8 @@ def user_start(family, data, weights, theta):
         raise ValueError("Initial weights must be positive and sum to 1 on every client, "
                          "and initial parameters finite.")
     unit = MixtureParams(weights, theta, np.ones((K, R, 1)))
-    _, stats = family.estep(data, unit)
-    return unit._replace(scale=family.update_scale(stats, theta))
+    nearest = one_hot(family.log_resp(data, unit)[1].argmax(axis=1), R)
+    return unit._replace(scale=family.update_scale(family.stats_from_resp(data, nearest), theta))
 
 
 def align_params(params, method, random_state):

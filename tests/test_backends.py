@@ -92,7 +92,9 @@ def test_estimators_give_the_same_fit_on_every_cpu_backend(method):
     Xr, y, _ = make_federated_mor(3, 200, random_state=1)
     regs = [FederatedMixtureRegression(5, method=method, backend=b, n_init=2, max_iter=30, random_state=0).fit(Xr, y)
             for b in ("numpy", "numba")]
-    np.testing.assert_allclose(regs[0].coef_, regs[1].coef_, rtol=1e-7, atol=1e-9)
+    # Estimated noise variances feed every round (and FedGrEM's noise units): kernel differences of 1e-12
+    # grow over 30 unconverged rounds to about 1e-7, still far below any statistical difference.
+    np.testing.assert_allclose(regs[0].coef_, regs[1].coef_, rtol=1e-6, atol=1e-9)
 
 
 def test_backend_selection():

@@ -204,7 +204,7 @@ def test_bic_counts_one_parameter_set_per_client_for_local_methods():
     family_params = GaussianFamily("identity").n_parameters(3, 2)
     n = 300
     for method, sets in [("local-em", 3), ("pooled-em", 1)]:
-        gm = FederatedGaussianMixture(3, method=method, random_state=0).fit(X)
+        gm = FederatedGaussianMixture(3, method=method, covariance_type="identity", random_state=0).fit(X)
         loglik = np.concatenate(gm.score_samples(X)).sum()
         assert gm.bic(X) == pytest.approx(-2 * loglik + sets * family_params * np.log(n))
         assert gm.aic(X) == pytest.approx(-2 * loglik + 2 * sets * family_params)
@@ -257,11 +257,25 @@ def test_evaluation_input_errors():
         gm.predict(np.ones((4, 3)), client=0)
 
 
-def test_a_diverging_gradient_run_raises_with_advice():
+def test_a_step_size_that_must_overshoot_is_refused():
     X, _ = make_federated_gmm(2, 200, centers=WELL_SEPARATED * 100, random_state=14)
+    with pytest.raises(ValueError, match="C_eta must be below 2"):
+        FederatedGaussianMixture(3, method="local-grem", C_eta=50.0).fit(X)
+
+
+def test_a_diverging_gradient_run_raises_with_advice():
+    """One regression component on two clients whose features differ in scale (3 and 0.1). After the
+    pooled whitening, client 0's design moment ``A / n`` is about 2, so the paper's plain step with
+    ``C_eta = 1.9`` multiplies the error by ``|1 - 1.9 * 2| = 2.8`` every round; the preconditioned step
+    contracts by ``|1 - 1.9| = 0.9``."""
+    rng = np.random.RandomState(14)
+    X = [rng.randn(200, 1) * 3.0, rng.randn(200, 1) * 0.1]
+    y = [2.0 * Xk[:, 0] + 0.1 * rng.randn(200) for Xk in X]
+    options = dict(method="local-grem", C_eta=1.9, max_iter=3000, coef_init=[[0.0]], random_state=0)
     with pytest.raises(DivergenceError, match="lower C_eta"):
-        FederatedGaussianMixture(3, method="local-grem", C_eta=50.0, max_iter=2000, tol=0.0,
-                                 random_state=0).fit(X)
+        FederatedMixtureRegression(1, precondition=False, **options).fit(X, y)
+    mr = FederatedMixtureRegression(1, **options).fit(X, y)
+    np.testing.assert_allclose(mr.coef_[:, 0, 0], 2.0, atol=0.25)  # client 1: standard error 0.1 / (0.1 sqrt(200)) = 0.07
 
 
 def test_convergence_warning():
@@ -276,7 +290,7 @@ def test_convergence_warning():
 
 def test_fedem_counts_shared_components_once_and_proportions_per_client():
     X, _ = make_federated_gmm(3, 100, centers=WELL_SEPARATED, random_state=16)
-    gm = FederatedGaussianMixture(3, method="fedem", random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, method="fedem", covariance_type="identity", random_state=0).fit(X)
     loglik = np.concatenate(gm.score_samples(X)).sum()
     expected = 3 * 2 + 3 * 2  # proportions (R - 1) per client, means R d once
     assert gm.bic(X) == pytest.approx(-2 * loglik + expected * np.log(300))

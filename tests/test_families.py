@@ -15,8 +15,8 @@ def _gaussian_setup(rng, covariance_type, K=2, R=3, d=4):
     return family, data, params
 
 
-def _regression_setup(rng, noise_variance, fit_intercept, K=2, R=3, d=3):
-    family = RegressionFamily(fit_intercept, noise_variance)
+def _regression_setup(rng, noise_variance, fit_intercept, K=2, R=3, d=3, precondition=True):
+    family = RegressionFamily(fit_intercept, noise_variance, precondition=precondition)
     X = [rng.randn(40, d) for _ in range(K)]
     y = [rng.randn(40) for _ in range(K)]
     data = FederatedData.from_input(X, y)
@@ -61,7 +61,7 @@ def test_gaussian_gradient_step_follows_the_gradient_of_q_hat(rng, covariance_ty
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_regression_gradient_step_follows_the_gradient_of_q_hat(rng, fit_intercept):
-    family, data, params = _regression_setup(rng, 1.0, fit_intercept)
+    family, data, params = _regression_setup(rng, 1.0, fit_intercept, precondition=False)
     params = params._replace(scale=np.ones_like(params.scale))  # the paper's unit noise: step = gradient
     resp = np.exp(family.log_resp(data, params)[1])
     _, stats = family.estep(data, params)
@@ -73,6 +73,28 @@ def test_regression_gradient_step_follows_the_gradient_of_q_hat(rng, fit_interce
         grad = _numeric_gradient(lambda th: _q_hat(_regression_log_prob(Xk, yk, th, params.scale[k]), rk, n_k[k]),
                                  params.theta[k])
         np.testing.assert_allclose(step[k], grad, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_preconditioned_regression_step_moves_towards_the_m_step_and_is_equivariant(rng, fit_intercept):
+    """With ``eta = C / w_hat`` the preconditioned step is ``theta + C (M-step - theta)``: a contraction for
+    ``0 < C < 2``, whatever the features' scale; and mapping the features by ``B`` maps the step by ``B^-1``."""
+    family, data, params = _regression_setup(rng, "component", fit_intercept)
+    _, stats = family.estep(data, params)
+    n_k = data.n_samples
+    C = 1.3
+    eta = C / (stats.N / n_k[:, None])
+    step = family.gradient_step(stats, params, eta, n_k)
+    m_step, _ = family.m_step(stats)
+    # Both solves carry the ridge reg_coef * (trace(A) / p + 1) = O(1e-7) here, which is all that differs.
+    np.testing.assert_allclose(step, params.theta + C * (m_step - params.theta), rtol=1e-5, atol=1e-7)
+    p = params.theta.shape[-1]
+    B = rng.randn(p, p) + 3 * np.eye(p)
+    mapped = data.with_X(data.X @ B)
+    theta_b = np.linalg.solve(B, params.theta[..., None])[..., 0]
+    _, stats_b = family.estep(mapped, params._replace(theta=theta_b))
+    step_b = family.gradient_step(stats_b, params._replace(theta=theta_b), eta, n_k)
+    np.testing.assert_allclose(step_b, np.linalg.solve(B, step[..., None])[..., 0], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag"])

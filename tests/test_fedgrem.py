@@ -76,7 +76,7 @@ def test_theory_penalty_schedule_and_errors():
 def test_an_outlier_client_is_not_pooled_and_is_ranked_first():
     X, truth = make_federated_gmm(8, 300, centers=CENTERS, h=0.0, random_state=2)
     X[5] = 3.0 * np.random.RandomState(0).randn(300, 2) + 20.0
-    gm = FederatedGaussianMixture(3, method="fedgrem", n_init=3, max_iter=500, tol=1e-6, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", n_init=3, max_iter=500, tol=1e-6, random_state=0).fit(X)
     assert not gm.pooled_[5].any()
     assert gm.suspected_outliers_[0] == 5
     assert gm.outlier_scores_[5] > 10 * np.delete(gm.outlier_scores_, 5).max()
@@ -90,7 +90,7 @@ def test_an_outlier_client_is_not_pooled_and_is_ranked_first():
 
 def test_personalize_recovers_an_unseen_clients_proportions():
     X, truth = make_federated_gmm(6, 300, centers=CENTERS, random_state=3)
-    gm = FederatedGaussianMixture(3, method="fedgrem", n_init=2, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", n_init=2, random_state=0).fit(X)
     rng = np.random.RandomState(1)
     w_new = np.array([0.6, 0.3, 0.1])
     labels = rng.choice(3, size=2000, p=w_new)
@@ -103,7 +103,7 @@ def test_personalize_recovers_an_unseen_clients_proportions():
 
 def test_fedem_shares_components_and_keeps_local_proportions():
     X, truth = make_federated_gmm(4, [100, 200, 150, 50], centers=CENTERS, concentration=2.0, random_state=4)
-    gm = FederatedGaussianMixture(3, method="fedem", n_init=2, max_iter=300, tol=1e-8, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedem", n_init=2, max_iter=300, tol=1e-8, random_state=0).fit(X)
     np.testing.assert_array_equal(gm.means_[0], gm.means_[3])
     assert np.ptp(gm.weights_, axis=0).max() > 0.1  # proportions stay per client
     np.testing.assert_array_equal(gm.center_, gm.means_[0])
@@ -145,9 +145,9 @@ def test_component_pooling_sizes_use_each_components_effective_size():
     """pooling_sizes="component": the central problem weighs component r of client k by n_k w_kr R,
     so the pooling threshold is lambda / sqrt(n_k w_kr R): larger for small components."""
     X, truth = make_federated_gmm(4, 200, centers=CENTERS, concentration=3.0, random_state=7)
-    gm = FederatedGaussianMixture(3, method="fedgrem", pooling_sizes="component", n_init=2, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", pooling_sizes="component", n_init=2, random_state=0).fit(X)
     lam = gm.history_["penalty"][-1]
     expected = lam / np.sqrt(200 * gm.weights_ * 3)
     np.testing.assert_allclose(gm.pooling_threshold_, expected, rtol=0.05)  # weights of the last E-step
     with pytest.raises(ValueError, match="pooling_sizes"):
-        FederatedGaussianMixture(3, method="fedgrem", pooling_sizes="sample").fit(X)
+        FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", pooling_sizes="sample").fit(X)

@@ -24,7 +24,7 @@ def _max_errors(method, h, outliers=(), **options):
         X, truth = make_federated_gmm(K, N, centers=CENTERS, h=h, outlier_clients=outliers, random_state=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            gm = FederatedGaussianMixture(3, method=method, random_state=seed, **FIT, **options).fit(X)
+            gm = FederatedGaussianMixture(3, covariance_type="identity", method=method, random_state=seed, **FIT, **options).fit(X)
         _, theta_err = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta)
         errors.append(theta_err[~truth.outliers].max())
     return np.array(errors)
@@ -67,8 +67,8 @@ def test_center_restarts_rescue_clients_stuck_in_poor_starts_but_not_the_outlier
     central update pools whatever is that close.)"""
     X, truth = make_federated_gmm(10, 150, outlier_clients=[9], random_state=7)
     options = dict(method="fedgrem", n_init=1, C_eta=0.95, max_iter=1000, tol=1e-6, random_state=7)
-    stuck = FederatedGaussianMixture(5, center_restarts=0, **options).fit(X)
-    fixed = FederatedGaussianMixture(5, center_restarts=1, **options).fit(X)
+    stuck = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=0, **options).fit(X)
+    fixed = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=1, **options).fit(X)
     err_stuck = estimation_errors(stuck.weights_, stuck.means_, truth.weights, truth.theta)[1]
     err_fixed = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1]
     assert err_stuck[[1, 5]].min() > 3.0
@@ -89,11 +89,11 @@ def test_safeguarded_step_recovers_where_the_fixed_step_overshoots():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            fixed = FederatedGaussianMixture(3, eta_rule="initial", **options).fit(X)
+            fixed = FederatedGaussianMixture(3, covariance_type="identity", eta_rule="initial", **options).fit(X)
             fixed_err = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1].max()
         except Exception:  # the overshoot may also blow up to a DivergenceError
             fixed_err = np.inf
-    safe = FederatedGaussianMixture(3, eta_rule="safeguarded", **options).fit(X)
+    safe = FederatedGaussianMixture(3, covariance_type="identity", eta_rule="safeguarded", **options).fit(X)
     safe_err = estimation_errors(safe.weights_, safe.means_, truth.weights, truth.theta)[1].max()
     assert fixed_err > 3 * bound
     assert safe.converged_ and safe_err < bound
@@ -102,9 +102,9 @@ def test_safeguarded_step_recovers_where_the_fixed_step_overshoots():
 @pytest.mark.parametrize("rule", ["initial", "safeguarded"])
 def test_both_step_rules_agree_when_weights_do_not_grow(rule):
     X, truth = make_federated_gmm(3, N, centers=CENTERS, random_state=5)
-    gm = FederatedGaussianMixture(3, method="local-grem", means_init=truth.theta, weights_init=truth.weights,
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method="local-grem", means_init=truth.theta, weights_init=truth.weights,
                                   eta_rule=rule, max_iter=500, tol=1e-10).fit(X)
-    ref = FederatedGaussianMixture(3, method="local-em", means_init=truth.theta, weights_init=truth.weights,
+    ref = FederatedGaussianMixture(3, covariance_type="identity", method="local-em", means_init=truth.theta, weights_init=truth.weights,
                                    max_iter=500, tol=1e-10).fit(X)
     np.testing.assert_allclose(gm.means_, ref.means_, atol=1e-4)  # same fixed point as EM
 

@@ -6,10 +6,12 @@ the server does with the clients' messages. The loop, the stopping rule and
 the divergence check live here once.
 """
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from ..families import MixtureParams
 
@@ -98,6 +100,9 @@ class Algorithm(ABC):
     #: What ``tol`` is compared with: the change of mean log-likelihood per sample
     #: ("log_likelihood", scikit-learn's rule) or of the parameters ("parameter_change").
     stop_on = "log_likelihood"
+    #: Whether every round should not lower :meth:`objective` (EM and gradient EM with a contracting step are
+    #: generalized EM algorithms); the rounds of FedEM and TGMM trade likelihood for agreement.
+    ascent = True
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded"):
         if eta_rule not in ETA_RULES:
@@ -129,6 +134,10 @@ class Algorithm(ABC):
     def step(self, family, stats, params, n_k):
         """One round after the E-step: new parameters of every client."""
 
+    def objective(self, params, loglik):
+        """The total the rounds climb, at ``params`` with log-likelihoods ``loglik`` (K,): the log-likelihood."""
+        return loglik.sum()
+
 
 def run_rounds(algorithm, family, data, params, max_iter, tol):
     """Iterate E-step + ``algorithm.step`` from ``params``.
@@ -138,22 +147,31 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
     mean log-likelihood per sample (scikit-learn's rule, client by client),
     or no weight or parameter coordinate of any client.
 
+    A run of an ascent algorithm that ends with a lower :meth:`Algorithm.objective`
+    than its start draws a :class:`sklearn.exceptions.ConvergenceWarning`.
+
     Raises
     ------
     DivergenceError
-        Naming the clients whose parameters or log-likelihood became non-finite.
+        Naming the clients whose parameters or log-likelihood became
+        non-finite, or whose parameters left every plausible range (1e8 times
+        the size of the data they were fitted on).
     """
     n_k = data.n_samples
     algorithm.start(params, n_k)
     history = []
     previous = None
     converged = False
+    start = params
+    bound = 1e8 * (1.0 + np.abs(data.X).max() + (0.0 if data.y is None else np.abs(data.y).max()))
     # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(1, max_iter + 1):
             loglik, stats = family.estep(data, params)
+            if t == 1:
+                start_loglik = loglik
             new = algorithm.step(family, stats, params, n_k)
-            _check_finite(new, loglik, t)
+            _check_finite(new, loglik, t, bound)
             mean_ll = loglik / n_k
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
             history.append({"log_likelihood": loglik.sum() / n_k.sum(), "parameter_change": change,
@@ -168,9 +186,21 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
                 break
             previous = mean_ll
         loglik, _ = family.estep(data, params)
-    _check_finite(params, loglik, t)
+    _check_finite(params, loglik, t, bound)
+    if algorithm.ascent:
+        _check_progress(algorithm, start, start_loglik, params, loglik)
     records = {key: np.array([h[key] for h in history]) for key in history[0]}
     return FitResult(params, t, converged, records, loglik, algorithm.final_state())
+
+
+def _check_progress(algorithm, start, start_loglik, params, loglik):
+    """Warn when a run ends lower on its own objective than it started (beyond round-off)."""
+    before, after = algorithm.objective(start, start_loglik), algorithm.objective(params, loglik)
+    if after < before - 1e-6 * (1.0 + abs(before)):
+        warnings.warn(f"{type(algorithm).__name__} ended with a lower objective ({after:.6g}) than its start "
+                      f"({before:.6g}): its steps did not climb. For gradient methods lower C_eta (a step "
+                      "contracts for C_eta < 2); otherwise check the data for clients far from the others.",
+                      ConvergenceWarning, stacklevel=4)
 
 
 def fit_restarts(algorithm, family, data, starts, max_iter, tol):
@@ -214,10 +244,13 @@ def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
     return params.weights
 
 
-def _check_finite(params, loglik, t):
-    bad = np.flatnonzero(~(params.is_finite() & np.isfinite(loglik)))
-    if bad.size:
+def _check_finite(params, loglik, t, bound):
+    bad = ~(params.is_finite() & np.isfinite(loglik))
+    huge = np.abs(params.theta).reshape(len(loglik), -1).max(axis=1) > bound
+    if (bad | huge).any():
+        what = "non-finite parameters or log-likelihood" if bad.any() else "parameters beyond 1e8 times the data"
         raise DivergenceError(
-            f"The run diverged in round {t}: client(s) {bad[:10].tolist()} have non-finite parameters "
-            "or log-likelihood. For gradient methods lower C_eta (the paper's stable range is "
-            "0.55 to 1.35); otherwise check those clients' data for extreme scales.")
+            f"The run diverged in round {t}: client(s) {np.flatnonzero(bad | huge)[:10].tolist()} have {what}. "
+            "Gradient methods: lower C_eta (steps contract for C_eta < 2; the paper's range is 0.55 to 1.35), "
+            "and for regressions keep precondition=True. Otherwise look for clients whose data are far from "
+            "the others' or nearly collinear.")

@@ -22,6 +22,7 @@ class FedEM(Algorithm):
     per_client = False
     shares_components = True
     default_init = "common"
+    ascent = False
 
     def step(self, family, stats, params, n_k):
         local = em_update(family, stats, n_k)                                     # client side

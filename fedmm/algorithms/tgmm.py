@@ -33,6 +33,7 @@ class TGMM(Algorithm):
 
     per_client = False
     default_init = "local-em"
+    ascent = False
 
     def __init__(self, tgmm_lambda=0.4):
         super().__init__()

@@ -93,6 +93,19 @@ class Family(ABC):
         return n_features
 
     @abstractmethod
+    def units(self, moments):
+        """The change of units (:class:`fedmm.units.Units`) this model is equivariant under, from the pooled
+        :class:`fedmm.units.Moments`: the estimators fit in these standard units (``docs/units.md``)."""
+
+    @abstractmethod
+    def to_original(self, params, units):
+        """Parameters fitted in standard units, mapped back to the data's units."""
+
+    @abstractmethod
+    def to_internal(self, theta, units):
+        """User-given component parameters (..., p) in the data's units, mapped into standard units."""
+
+    @abstractmethod
     def estep(self, data, params):
         """E-step of all clients: ``(loglik (K,), statistics)``."""
 

@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 from ..kernels import get_kernels
+from ..units import Units, scale_or_one
 from ._base import _TINY, Family, one_hot
 
 COVARIANCE_TYPES = ("identity", "spherical", "diag")
@@ -31,7 +32,9 @@ class GaussianFamily(Family):
         ``"diag"`` (``diag(sigma_r^2)``) estimate variances with the
         closed-form local M-step: an extension beyond the theory.
     reg_covar : float
-        Added to every estimated variance, as in scikit-learn.
+        Added to every estimated variance, as in scikit-learn, but in
+        standard units (a fraction of the feature's pooled variance), so it
+        does not depend on the data's units.
     backend : str
         Kernel backend (see :func:`fedmm.kernels.get_kernels`).
     """
@@ -42,6 +45,27 @@ class GaussianFamily(Family):
         self.covariance_type = covariance_type
         self.reg_covar = reg_covar
         self.kernels = get_kernels(backend)
+
+    def units(self, moments):
+        """Identity: none (unit variance is the model). Spherical: the pooled mean and one scale, the root
+        of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal: the
+        pooled mean and each feature's pooled standard deviation (shifts and per-feature scaling)."""
+        d = len(moments.mean)
+        if self.covariance_type == "identity":
+            return Units.identity(d)
+        variance = np.diag(moments.second) - moments.mean ** 2
+        if self.covariance_type == "spherical":
+            variance = np.full(d, variance.mean())
+        return Units(moments.mean, np.diag(1.0 / scale_or_one(variance)))
+
+    def to_original(self, params, units):
+        """``mu = shift + mu_std * s`` and ``sigma^2 = sigma_std^2 * s^2`` (``s`` the features' scales)."""
+        s = 1.0 / np.diag(units.x_map)
+        var_scale = s ** 2 if params.scale.shape[-1] == len(s) else s[:1] ** 2
+        return params._replace(theta=units.x_shift + params.theta * s, scale=params.scale * var_scale)
+
+    def to_internal(self, theta, units):
+        return (theta - units.x_shift) * np.diag(units.x_map)
 
     @property
     def _squares(self):

@@ -1,0 +1,110 @@
+"""Units: the internal standardization that makes every estimate equivariant.
+
+A user who rescales or shifts the data (``a X + b``; for regressions also
+``c y + e`` and, where the model allows it, any invertible linear map of the
+features) must get the same clustering and the same parameters mapped back.
+Every estimation step of fedmm is written so that it depends on the data only
+through quantities that transform with them, except three places that have a
+unit of their own: the k-means start (isotropic), the plain gradient step of
+a regression (it assumes ``E[x x^T] = I``, FedGrEM Sec. 3.4) and the small
+regularizers (``reg_covar``, ``reg_coef``). fedmm therefore fits in standard
+units and maps the estimates back:
+
+- the server pools per-client sums (``n_k``, ``sum x``, ``sum x x^T``,
+  ``sum y``, ``sum y^2``): a summary like any other message, no raw data;
+- the family says which map its model is equivariant under
+  (:meth:`fedmm.families.Family.units`): none for the paper's identity
+  covariance and fixed noise variances (their unit *is* the model), a shift
+  and one scale for spherical covariances, a shift and a scale per feature
+  for diagonal ones, a shift and full whitening of ``x`` plus a shift and
+  scale of ``y`` for regressions;
+- the fitted parameters are mapped back by the family
+  (:meth:`fedmm.families.Family.to_original`).
+
+Because every other step is equivariant, the standardization need not be
+robust: an outlier client moves it, which changes only the floating-point
+path, not the estimate.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Units", "Moments", "pooled_moments"]
+
+
+class Moments(NamedTuple):
+    """Pooled first and second moments of the clients' data (sums sent to the server, divided by ``n``).
+
+    Attributes
+    ----------
+    n : int
+    mean : ndarray of shape (d,)
+    second : ndarray of shape (d, d)
+        ``sum_i x_i x_i^T / n`` (uncentered).
+    y_mean, y_second : float or None
+        ``sum_i y_i / n`` and ``sum_i y_i^2 / n``.
+    """
+
+    n: int
+    mean: np.ndarray
+    second: np.ndarray
+    y_mean: float | None
+    y_second: float | None
+
+
+def pooled_moments(data):
+    """Every client's sums, added up on the server (FedGrEM's clients send only such summaries)."""
+    sums_x = np.add.reduceat(data.X, data.offsets[:-1], axis=0)                       # (K, d), client sums
+    second = data.X.T @ data.X
+    n = int(data.n_samples.sum())
+    y_mean = y_second = None
+    if data.y is not None:
+        y_mean, y_second = float(data.y.sum() / n), float(data.y @ data.y / n)
+    return Moments(n, sums_x.sum(axis=0) / n, second / n, y_mean, y_second)
+
+
+class Units(NamedTuple):
+    """An affine change of units: ``z = (x - x_shift) @ x_map``, ``y_std = (y - y_shift) / y_scale``.
+
+    Attributes
+    ----------
+    x_shift : ndarray of shape (d,)
+    x_map : ndarray of shape (d, d)
+        Invertible; diagonal for the Gaussian family.
+    y_shift, y_scale : float
+    """
+
+    x_shift: np.ndarray
+    x_map: np.ndarray
+    y_shift: float = 0.0
+    y_scale: float = 1.0
+
+    @classmethod
+    def identity(cls, d):
+        return cls(np.zeros(d), np.eye(d))
+
+    def transform(self, data):
+        """The data in standard units (same clients and order)."""
+        X = np.ascontiguousarray((data.X - self.x_shift) @ self.x_map)
+        y = None if data.y is None else (data.y - self.y_shift) / self.y_scale
+        return type(data)(X, y, data.offsets, data.client_ids, data.order)
+
+
+def scale_or_one(variance):
+    """Standard deviations, with 1 for features that do not vary (nothing to scale)."""
+    sd = np.sqrt(np.maximum(variance, 0.0))
+    return np.where(sd > 1e-12 * (1.0 + sd.max()), sd, 1.0)
+
+
+def whitening(second):
+    """``W`` with ``W^T S W = I`` for a second-moment matrix ``S`` (inverse transposed Cholesky factor).
+
+    A jitter of ``1e-12 trace(S) / d`` keeps a constant or collinear feature
+    from breaking the factorization; its coefficient then rests on the
+    regression's own ridge (``reg_coef``).
+    """
+    d = len(second)
+    jitter = 1e-12 * (np.trace(second) / d + 1e-300)
+    L = np.linalg.cholesky(second + jitter * np.eye(d))
+    return np.linalg.inv(L).T

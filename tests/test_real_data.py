@@ -1,0 +1,71 @@
+"""Users' data, not the paper's design: the cases that diverged before fedmm fitted in standard units."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+from fedmm import FederatedMixtureRegression
+from fedmm.algorithms import METHODS
+
+
+def _fit(method, X, y, groups, **options):
+    """Fit, failing on any warning except non-convergence in max_iter (which is not what is tested here)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mr = FederatedMixtureRegression(method=method, random_state=0, **options).fit(X, y, groups=groups)
+    unexpected = [str(w.message) for w in caught if "did not converge in max_iter" not in str(w.message)]
+    assert not unexpected, unexpected
+    return mr
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_standardized_diabetes_on_ten_random_clients_does_not_diverge(method):
+    """Before: coefficients of 1e57 for fedgrem, 1e42-1e115 for the gradient methods. A coefficient of a
+    standardized feature in a mixture of two lines is bounded by the response's range over the
+    feature's (346 / 1 here, so 1e3 is generous); noise variances by var(y) = 5930."""
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    groups = np.random.RandomState(0).randint(10, size=len(y))
+    mr = _fit(method, X, y, groups, n_components=2, noise_variance="shared")
+    assert np.abs(mr.coef_).max() < 1e3
+    assert np.all(mr.noise_variance_ < y.var())
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_iris_petal_width_on_petal_length_finds_three_lines(method):
+    """The three species give three lines; before, fixed unit noise collapsed them and gradient methods
+    diverged. Petal widths lie in [0.1, 2.5], so slopes are below 2.5 / 0.1 per cm of length."""
+    iris = load_iris()
+    X, y, species = iris.data[:, [2]], iris.data[:, 3], iris.target
+    groups = np.arange(len(y)) % 3
+    mr = _fit(method, X, y, groups, n_components=3, n_init=3)
+    assert np.abs(mr.coef_).max() < 25
+    assert np.all(mr.noise_variance_ < y.var())
+
+
+@pytest.mark.parametrize("method", ["local-grem", "pooled-grem", "local-em", "pooled-em"])
+def test_ascent_methods_never_end_below_their_start(method):
+    """EM and gradient EM with a contracting step are generalized EM: the log-likelihood cannot fall. Fits
+    from a poor start (all coefficients zero) end above it, with no warning."""
+    X, y = load_diabetes(return_X_y=True)
+    groups = np.random.RandomState(1).randint(5, size=len(y))
+    mr = _fit(method, X, y, groups, n_components=2, coef_init=np.zeros((2, X.shape[1])), max_iter=50)
+    assert np.all(np.diff(mr.history_["log_likelihood"]) > -1e-9)
+
+
+def test_a_run_that_ends_below_its_start_says_so():
+    """The paper's plain gradient step with ``C_eta`` near 2 overshoots on features whose spread differs
+    between components; the run is then worse than its start, and fedmm warns."""
+    rng = np.random.RandomState(14)
+    X, y = [], []
+    for _ in range(2):
+        z = rng.rand(300) < 0.5
+        X.append(rng.randn(300, 1) * np.where(z, 0.1, 3.0)[:, None])
+        y.append(np.where(z, 2.0, -1.0) * X[-1][:, 0] + 0.1 * rng.randn(300))
+    with pytest.warns(ConvergenceWarning, match="lower objective"):
+        FederatedMixtureRegression(2, method="local-grem", precondition=False, C_eta=1.99, max_iter=3000, tol=0.0,
+                                   random_state=0).fit(X, y)
