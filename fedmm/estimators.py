@@ -19,9 +19,13 @@ from .algorithms import METHODS, fit_restarts, make_algorithm
 from .algorithms._base import fit_weights
 from .data import FederatedData
 from .families import GaussianFamily, MixtureParams, RegressionFamily
-from .initialization import align_params, make_starts
+from .initialization import TRIM, align_params, make_starts
 from .kernels import resolve_backend
+from .tuning import PENALTY_GRID, select_penalty
 from .units import pooled_moments
+
+#: Fraction of every client's samples held out when FedGrEM's penalty is tuned (penalty="auto").
+HOLDOUT = 0.2
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 
@@ -67,9 +71,12 @@ class _FederatedMixture(BaseEstimator, ABC):
         self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
-        algorithm = make_algorithm(self.method, C_eta=self.C_eta, eta_rule=self.eta_rule, penalty=self.penalty,
-                                   penalty_params=self.penalty_params, center_restarts=self.center_restarts,
-                                   pooling_sizes=self.pooling_sizes, tgmm_lambda=self.tgmm_lambda)
+        auto = self.method == "fedgrem" and isinstance(self.penalty, str) and self.penalty == "auto"
+        options = dict(C_eta=self.C_eta, eta_rule=self.eta_rule, penalty="paper" if auto else self.penalty,
+                       penalty_params=self.penalty_params, center_restarts=self.center_restarts,
+                       pooling_sizes=self.pooling_sizes, pool_variances=self.pool_variances,
+                       tgmm_lambda=self.tgmm_lambda)
+        algorithm = make_algorithm(self.method, **options)
         data.check_components(self.n_components, per_client=algorithm.per_client)
         self.n_features_in_ = data.n_features
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
@@ -77,17 +84,19 @@ class _FederatedMixture(BaseEstimator, ABC):
         data = units.transform(data)
         data = data.with_X(family.design(data.X))
         rng = check_random_state(self.random_state)
+        user = self._user_start(family, units)
+        self.penalty_selection_ = None
+        if auto:
+            def fit_with(train, C):
+                constants = {**(self.penalty_params or {}), "C": C}
+                return self._estimate(family, train, make_algorithm(self.method, **{**options,
+                                      "penalty_params": constants}), rng, user)[0].params
+            best, self.penalty_selection_ = select_penalty(fit_with, family, data, PENALTY_GRID, HOLDOUT, TRIM, rng)
+            options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
+            algorithm = make_algorithm(self.method, **options)
 
-        starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
-                             max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
-                             random_state=rng, user=self._user_start(family, units))
-        result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
-        params, alignment = result.params, starts[result.start][1]
-        if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
-            # Independent clients label their components in any order; relabel the final
-            # estimates so that component r means the same thing on every client.
-            params, alignment = align_params(params, self.alignment, rng)
-        params = family.to_original(params, units)
+        result, alignment = self._estimate(family, data, algorithm, rng, user)
+        params = family.to_original(result.params, units)
 
         self._family = family
         self.n_clients_ = data.n_clients
@@ -108,6 +117,20 @@ class _FederatedMixture(BaseEstimator, ABC):
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
                           ConvergenceWarning, stacklevel=3)
         return self
+
+    def _estimate(self, family, data, algorithm, rng, user):
+        """Starts, rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
+        starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
+                             max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
+                             random_state=rng, user=user)
+        result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
+        alignment = starts[result.start][1]
+        if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
+            # Independent clients label their components in any order; relabel the final
+            # estimates so that component r means the same thing on every client.
+            params, alignment = align_params(result.params, self.alignment, rng)
+            result = result._replace(params=params)
+        return result, alignment
 
     def _set_center(self, family, params, state, units):
         """The consensus parameters and, for FedGrEM, which clients it pooled.
@@ -250,16 +273,22 @@ _SHARED_PARAMS_DOC = """
     n_init : int, default=1
         Number of starts; the best log-likelihood is kept (per client for the
         local methods, whose clients are independent problems).
-    max_iter : int, default=100
-        Maximum number of rounds (E-step + M-step on every client).
+    max_iter : int, default=500
+        Maximum number of rounds (E-step + M-step on every client). FedGrEM
+        needs about 150 on the paper's design and up to several hundred on
+        real data with many components; a run that stops early is worse
+        than its fixed point (hence more than scikit-learn's 100).
     tol : float, default=1e-3
         Stop when no client's mean log-likelihood per sample changes by this much.
-    init : {"auto", "family", "local-em", "common"}, default="auto"
-        How starts are made (``docs/alignment.md``): the family's start on each
-        client (or the pooled data), local EM on every client then alignment,
-        or one start broadcast to all clients. "auto" is the method's default
-        ("family" for the local and pooled methods). Ignored when initial
-        values are given.
+    init : {"auto", "family", "local-em", "common", "trimmed-pooled"}, default="auto"
+        How starts are made (``docs/alignment.md``, ``docs/units.md``): the
+        family's start on each client (or the pooled data), local EM on every
+        client then alignment (the paper's, App. B), one start broadcast to
+        all clients, or pooled EM trimmed of the clients it fits worst, then
+        each client's proportions. "auto" is the method's default
+        ("trimmed-pooled" for FedGrEM, "common" for FedEM, "local-em" for
+        TGMM, "family" for the local and pooled methods). Ignored when
+        initial values are given.
     alignment : {"consensus", "stepwise", "greedy", "exhaustive"} or None, default="consensus"
         How per-client labels are aligned (:func:`fedmm.alignment.align`):
         per-client starts of methods that pool estimates, and the final
@@ -273,10 +302,13 @@ _SHARED_PARAMS_DOC = """
         ``"safeguarded"``: ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, which is the
         same while weights do not grow and cannot overshoot when they do
         (``docs/fedgrem.md``).
-    penalty : {"paper", "theory"}, float or callable, default="paper"
+    penalty : {"paper", "auto", "theory"}, float or callable, default="paper"
         FedGrEM's penalty ``lambda_t`` (:func:`fedmm.algorithms.fedgrem.penalty_schedule`):
-        App. B.1's schedule, Assumption A.7's recursion, a constant (``inf``:
-        gradient FedEM) or a function of the round ``t``.
+        App. B.1's schedule, App. B.1's schedule with its constant ``C``
+        chosen from :data:`fedmm.tuning.PENALTY_GRID` by federated held-out
+        likelihood trimmed over clients (:mod:`fedmm.tuning`; seven fits),
+        Assumption A.7's recursion, a constant (``inf``: gradient FedEM) or a
+        function of the round ``t``.
     penalty_params : dict, optional
         Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
         (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
@@ -288,6 +320,11 @@ _SHARED_PARAMS_DOC = """
         paper), or ``n_k w_kr R``, each component's effective sample size
         (scaled to equal ``n_k`` under uniform proportions), which pools small
         components at their own noise level (``docs/fedgrem.md``).
+    pool_variances : bool, default=True
+        FedGrEM with estimated per-component variances: a component pooled
+        onto the centre also takes the pooled variance (the pooled M-step at
+        the common mean, :func:`fedmm.algorithms.fedgrem.pool_variances`);
+        False keeps every client's own.
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     backend : {"auto", "numba", "numpy", "cupy"}, default="auto"
@@ -338,6 +375,10 @@ _SHARED_ATTRS_DOC = """
     restarted_clients_ : ndarray
         FedGrEM only: ids of the clients whose restart from the consensus was
         kept (``center_restarts``).
+    penalty_selection_ : dict or None
+        ``penalty="auto"`` only: the grid of constants ``"C"``, their trimmed
+        held-out log-likelihoods ``"score"`` and every client's
+        ``"client_scores"`` (:func:`fedmm.tuning.select_penalty`).
 """
 
 class FederatedGaussianMixture(_FederatedMixture):
@@ -384,8 +425,9 @@ class FederatedGaussianMixture(_FederatedMixture):
     _family_class = GaussianFamily
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="diag", n_init=1,
-                 max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
-                 penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", tgmm_lambda=0.4,
+                 max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
+                 penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
+                 tgmm_lambda=0.4,
                  reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
@@ -401,6 +443,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
         self.pooling_sizes = pooling_sizes
+        self.pool_variances = pool_variances
         self.tgmm_lambda = tgmm_lambda
         self.reg_covar = reg_covar
         self.weights_init = weights_init
@@ -538,9 +581,9 @@ class FederatedMixtureRegression(_FederatedMixture):
     _family_class = RegressionFamily
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance="component",
-                 precondition=True, n_init=1, max_iter=100, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
+                 precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="client", tgmm_lambda=0.4, weights_init=None,
+                 pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, weights_init=None,
                  coef_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
@@ -558,6 +601,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
         self.pooling_sizes = pooling_sizes
+        self.pool_variances = pool_variances
         self.tgmm_lambda = tgmm_lambda
         self.weights_init = weights_init
         self.coef_init = coef_init

@@ -66,7 +66,7 @@ def test_center_restarts_rescue_clients_stuck_in_poor_starts_but_not_the_outlier
     (One of its five local components may land within the pooling threshold by chance: the paper's
     central update pools whatever is that close.)"""
     X, truth = make_federated_gmm(10, 150, outlier_clients=[9], random_state=7)
-    options = dict(method="fedgrem", n_init=1, C_eta=0.95, max_iter=1000, tol=1e-6, random_state=7)
+    options = dict(method="fedgrem", init="local-em", n_init=1, C_eta=0.95, max_iter=1000, tol=1e-6, random_state=7)
     stuck = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=0, **options).fit(X)
     fixed = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=1, **options).fit(X)
     err_stuck = estimation_errors(stuck.weights_, stuck.means_, truth.weights, truth.theta)[1]

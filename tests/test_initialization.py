@@ -6,7 +6,7 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import make_algorithm
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, RegressionFamily
-from fedmm.initialization import make_starts
+from fedmm.initialization import make_starts, trimmed_pooled_start
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
@@ -95,12 +95,54 @@ def test_local_methods_report_aligned_labels_and_the_permutations():
     assert raw.alignment_ is None
 
 
-def test_a_client_too_small_for_its_own_start_gets_a_clear_error_and_common_start_works():
+def test_a_client_too_small_for_its_own_start_gets_a_clear_error_and_federated_starts_work():
     X, _ = make_federated_gmm(3, 100, centers=CENTERS, random_state=8)
     X[1] = X[1][:2]
     with pytest.warns(UserWarning, match="client 1"):
         with pytest.raises(ValueError, match="client 1 has 2 samples.*init='common'"):
-            FederatedGaussianMixture(4, method="fedgrem").fit(X)
-    with pytest.warns(UserWarning, match="client 1"):
-        gm = FederatedGaussianMixture(4, method="fedgrem", init="common", n_init=3, random_state=0).fit(X)
-    assert np.all(np.isfinite(gm.means_))
+            FederatedGaussianMixture(4, method="fedgrem", init="local-em").fit(X)
+    for init in ("common", "trimmed-pooled"):  # the latter is FedGrEM's default
+        with pytest.warns(UserWarning, match="client 1"):
+            gm = FederatedGaussianMixture(4, method="fedgrem", init=init, n_init=3, random_state=0).fit(X)
+        assert np.all(np.isfinite(gm.means_))
+
+
+def _outlier_design(seed=2):
+    X, truth = make_federated_gmm(8, 300, centers=CENTERS, h=0.0, random_state=seed)
+    X[5] = 3.0 * np.random.RandomState(0).randn(300, 2) + 20.0
+    return X, truth
+
+
+def test_trimmed_pooled_start_is_not_captured_by_an_outlier_client():
+    """Pooled EM gives the outlier client (300 samples far away) a component of its own; trimming the
+    client the fit explains worst keeps every component on the honest clients' data: within
+    4 sqrt(d / n_r) of the truth (n_r about 7 * 300 / 4 samples per component)."""
+    X, truth = _outlier_design()
+    family = GaussianFamily("diag")
+    data = FederatedData.from_input(X)
+    start = trimmed_pooled_start(family, data, 4, 2, 200, 1e-6, np.random.RandomState(0))
+    honest = np.delete(np.arange(8), 5)
+    w_err, err = estimation_errors(start.weights[honest], start.theta[honest], truth.weights[honest],
+                                   truth.theta[honest])
+    assert err.max() < 4 * np.sqrt(2 / (7 * 300 / 4))
+    # Every client fitted its own proportions to the shared components: within 4 sqrt(w (1 - w) / n).
+    assert w_err.max() < 4 * np.sqrt(0.25 / 300)
+    pooled = FederatedGaussianMixture(4, method="pooled-em", covariance_type="diag", n_init=2, random_state=0).fit(X)
+    _, err_pooled = estimation_errors(pooled.weights_[honest], pooled.means_[honest], truth.weights[honest],
+                                      truth.theta[honest])
+    assert err_pooled.max() > 1.0
+
+
+def test_fedgrem_from_the_trimmed_pooled_start_leaves_the_outliers_data_unpooled():
+    """From the default start the outlier's occupied components stay its own (its empty ones may sit at
+    the centre, where they cost nothing), it is ranked first, and the centre ignores it."""
+    X, truth = _outlier_design()
+    gm = FederatedGaussianMixture(4, method="fedgrem", n_init=2, random_state=0).fit(X)
+    occupied = gm.weights_[5] > 0.05
+    assert not gm.pooled_[5][occupied].any()
+    assert gm.suspected_outliers_[0] == 5
+    honest = np.delete(np.arange(8), 5)
+    _, err = estimation_errors(gm.weights_[honest], gm.means_[honest], truth.weights[honest], truth.theta[honest])
+    assert err.max() < 4 * np.sqrt(2 / (300 / 4))  # the local rate: a client may keep its own estimate
+    perm = np.argsort([np.argmin(np.linalg.norm(CENTERS - c, axis=1)) for c in gm.center_])
+    assert np.linalg.norm(gm.center_[perm] - CENTERS, axis=1).max() < 4 * np.sqrt(2 / (7 * 300 / 4))

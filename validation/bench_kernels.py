@@ -89,7 +89,8 @@ def measure(n, d, repeats, with_reference=True):
 
 def fedgrem_fit_times(repeats):
     X, _ = make_federated_gmm(10, 150, outlier_clients=[9], random_state=0)
-    fit = lambda **kw: FederatedGaussianMixture(5, method="fedgrem", C_eta=0.95, random_state=0, **kw).fit(X)  # noqa
+    fit = lambda **kw: FederatedGaussianMixture(5, method="fedgrem", C_eta=0.95, covariance_type="identity", init="local-em",
+                                              penalty="paper", random_state=0, **kw).fit(X)  # noqa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit(n_init=1, max_iter=5)  # compile

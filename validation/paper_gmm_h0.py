@@ -34,9 +34,11 @@ from fedmm import FederatedGaussianMixture
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
 
-BASE = dict(C_eta=0.95, max_iter=1000, tol=1e-6)
-FAITHFUL = dict(method="fedgrem", eta_rule="initial", center_restarts=0, alignment="greedy", **BASE)
-DEFAULT = dict(method="fedgrem", **BASE)
+# The paper's model (identity covariance) and its pipeline (local-EM starts, fixed penalty schedule).
+BASE = dict(C_eta=0.95, max_iter=1000, tol=1e-6, covariance_type="identity")
+FAITHFUL = dict(method="fedgrem", eta_rule="initial", center_restarts=0, alignment="greedy", init="local-em",
+                penalty="paper", **BASE)
+DEFAULT = dict(method="fedgrem", init="local-em", penalty="paper", **BASE)
 
 
 def configurations(quick):

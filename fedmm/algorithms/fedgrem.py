@@ -75,6 +75,23 @@ def noise_scale(scale):
     return np.sqrt(np.median(scale, axis=0))
 
 
+def pool_variances(scale, N, pooled):
+    """Components pooled onto the centre share one variance: the pooled M-step at the common mean.
+
+    Client ``k`` holds ``scale_kr``, the maximizer of its Q-hat at ``nu_kr``
+    (``RSS_kr / N_kr``); for the clients ``P_r`` whose component ``r`` sits at
+    ``nu_bar_r`` the pooled maximizer is ``sum_{P_r} N_kr scale_kr / sum_{P_r} N_kr``,
+    what pooled EM computes for them. Clients send ``N_kr scale_kr`` and
+    ``N_kr`` (``n_k w_kr``): parameters and sizes, no data. Unpooled
+    components, outliers among them, keep their own.
+    """
+    weight = np.where(pooled, N, 0.0)[..., None]                                  # (K, R, 1)
+    total = weight.sum(axis=0)
+    # Shares first: a nearly empty component's N of 1e-300 times a variance would underflow to 0.
+    share = weight / np.where(total > 0, total, 1.0)
+    return np.where(pooled[..., None] & (total > 0), (share * scale).sum(axis=0), scale)
+
+
 class FedGrEM(Algorithm):
     """FedGrEM (``method="fedgrem"``).
 
@@ -99,20 +116,27 @@ class FedGrEM(Algorithm):
         nats and is pooled, an outlier fits its own data worse from the
         consensus and keeps its first estimate, so robustness is kept.
         0 gives the paper's algorithm.
+    pool_variances : bool
+        Components pooled onto the centre also share their variance
+        (:func:`pool_variances`); False keeps every client's own, as the
+        paper's identity-covariance model never needs to decide.
     central_tol, central_max_iter
         Tolerance and cap of the central problem's alternating minimization.
     """
 
     per_client = False
-    default_init = "local-em"
+    # The paper starts from aligned local EM (App. B, C.1); fedmm's default is the trimmed pooled start, which
+    # needs no client to fit every component alone (docs/units.md, "Starts"). init="local-em" gives the paper's.
+    default_init = "trimmed-pooled"
     stop_on = "parameter_change"
     # The central update trades likelihood for pooling: no objective climbs every round. Its clients' gradient
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="client", central_tol=1e-10, central_max_iter=1000):
+                 pooling_sizes="client", pool_variances=True, central_tol=1e-10, central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
+        self.pool_variances = pool_variances
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
         self.pooling_sizes = pooling_sizes
@@ -135,9 +159,12 @@ class FedGrEM(Algorithm):
         self.sigma = noise_scale(local.scale)                                     # server side
         self.central = self._central(local, self.lam(self.t))
         nu = self.central.nu * self.sigma
-        # Client side again: the variances that fit the parameters the client now holds. Left at theta_tilde,
-        # a small variance on a component the server moved makes the next E-step collapse.
-        return local._replace(theta=nu, scale=family.update_scale(stats, nu))
+        # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
+        # a component the server moved makes the next E-step collapse), pooled where the means are.
+        scale = family.update_scale(stats, nu)
+        if self.pool_variances and family.scale_per_component:
+            scale = pool_variances(scale, stats.N, self.central.pooled)
+        return local._replace(theta=nu, scale=scale)
 
     def _central(self, params, lam):
         """The central problem on ``theta / sigma`` (noise units), weighted by :meth:`_sizes`."""

@@ -79,6 +79,8 @@ class Family(ABC):
     """
 
     needs_y = False
+    #: Whether each component has its own estimated variance(s) (FedGrEM pools them with the means).
+    scale_per_component = False
 
     def design(self, X):
         """The matrix the component parameters act on (``X`` itself unless overridden)."""

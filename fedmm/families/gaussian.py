@@ -46,6 +46,11 @@ class GaussianFamily(Family):
         self.reg_covar = reg_covar
         self.kernels = get_kernels(backend)
 
+    @property
+    def scale_per_component(self):
+        """Whether each component has its own estimated variance(s)."""
+        return self.covariance_type != "identity"
+
     def units(self, moments):
         """Identity: none (unit variance is the model). Spherical: the pooled mean and one scale, the root
         of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal: the

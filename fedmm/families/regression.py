@@ -63,6 +63,11 @@ class RegressionFamily(Family):
     def _estimates_noise(self):
         return self.noise_variance in NOISE_MODES
 
+    @property
+    def scale_per_component(self):
+        """Whether each component has its own estimated variance."""
+        return self.noise_variance == "component"
+
     def units(self, moments):
         """Centre ``x`` (with an intercept) and whiten it by its pooled second moment, so the model is
         equivariant under any invertible affine map of the features; centre ``y`` (with an intercept) and,
