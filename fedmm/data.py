@@ -70,6 +70,15 @@ class FederatedData:
         out[self.order] = values
         return out
 
+    def select(self, rows, client_ids=None):
+        """New data from ``rows``, one array of row indices per client kept (``client_ids`` names them;
+        by default the same clients as here)."""
+        sizes = [len(r) for r in rows]
+        index = np.concatenate(rows).astype(np.intp)
+        return FederatedData(self.X[index], None if self.y is None else self.y[index],
+                             np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp),
+                             self.client_ids if client_ids is None else client_ids)
+
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""
         return FederatedData(X, self.y, self.offsets, self.client_ids, self.order)

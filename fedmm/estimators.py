@@ -87,10 +87,14 @@ class _FederatedMixture(BaseEstimator, ABC):
         user = self._user_start(family, units)
         self.penalty_selection_ = None
         if auto:
+            train_starts = []
+
             def fit_with(train, C):
-                constants = {**(self.penalty_params or {}), "C": C}
-                return self._estimate(family, train, make_algorithm(self.method, **{**options,
-                                      "penalty_params": constants}), rng, user)[0].params
+                candidate = make_algorithm(self.method, **{**options, "penalty_params": {
+                    **(self.penalty_params or {}), "C": C}})
+                if not train_starts:  # one set of starts for every C: the comparison is paired
+                    train_starts.extend(self._starts(family, train, candidate, rng, user))
+                return self._estimate(family, train, candidate, rng, user, train_starts)[0].params
             best, self.penalty_selection_ = select_penalty(fit_with, family, data, PENALTY_GRID, HOLDOUT, TRIM, rng)
             options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
             algorithm = make_algorithm(self.method, **options)
@@ -118,11 +122,13 @@ class _FederatedMixture(BaseEstimator, ABC):
                           ConvergenceWarning, stacklevel=3)
         return self
 
-    def _estimate(self, family, data, algorithm, rng, user):
-        """Starts, rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
-        starts = make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
-                             max_iter=self.max_iter, tol=self.tol, alignment=self.alignment,
-                             random_state=rng, user=user)
+    def _starts(self, family, data, algorithm, rng, user):
+        return make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
+                           max_iter=self.max_iter, tol=self.tol, alignment=self.alignment, random_state=rng, user=user)
+
+    def _estimate(self, family, data, algorithm, rng, user, starts=None):
+        """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
+        starts = self._starts(family, data, algorithm, rng, user) if starts is None else starts
         result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
         alignment = starts[result.start][1]
         if algorithm.per_client and self.alignment is not None and data.n_clients > 1:

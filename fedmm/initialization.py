@@ -149,7 +149,7 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
     candidates = []
     for _ in range(max(n_init, CANDIDATES)):
         half = np.sort(random_state.choice(K, size=max((K + 1) // 2, 1), replace=False)) if K >= 4 else np.arange(K)
-        subset = _clients(data, half)
+        subset = data.select([np.arange(data.offsets[k], data.offsets[k + 1]) for k in half], data.client_ids[half])
         if subset.n_samples.sum() < n_components:
             subset = data
         start = family_start(family, subset, n_components, random_state, pooled=True).take([0]).broadcast(K)
@@ -157,15 +157,6 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
     best = max(candidates, key=lambda c: c[1])[0]
     best, _ = concentrate(best, max_iter)
     return best._replace(weights=fit_weights(family, data, best, max_iter=max_iter, tol=tol))
-
-
-def _clients(data, index):
-    """The data of the clients in ``index`` only."""
-    rows = [np.arange(data.offsets[k], data.offsets[k + 1]) for k in index]
-    sizes = np.array([len(r) for r in rows])
-    rows = np.concatenate(rows)
-    return FederatedData(data.X[rows], None if data.y is None else data.y[rows],
-                         np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp), data.client_ids[index])
 
 
 def align_params(params, method, random_state):

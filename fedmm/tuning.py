@@ -14,14 +14,16 @@ samples; FedGrEM is fitted on the rest for each ``C`` of a small grid; each
 client reports its mean held-out log-likelihood per sample (one number); the
 server takes the trimmed mean over clients, leaving out the ``trim`` fraction
 with the lowest values so that outlier clients do not decide, and keeps the
-best ``C``. The final fit uses all data with that ``C``.
+best ``C`` by the one-standard-error rule: the smallest ``C`` whose held-out
+likelihood is within one standard error (paired over clients) of the best, so
+that pooling has to earn its bias. Every ``C`` is fitted from the same starts,
+which makes the comparison paired in the starts too. The final fit uses all
+data with the chosen ``C``.
 """
 
 import numpy as np
 
-from .data import FederatedData
-
-__all__ = ["PENALTY_GRID", "holdout_split", "trimmed_mean", "select_penalty"]
+__all__ = ["PENALTY_GRID", "holdout_split", "trimmed_mean", "select_penalty", "one_standard_error"]
 
 #: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
 PENALTY_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -39,14 +41,7 @@ def holdout_split(data, fraction, random_state):
         cut = n - min(max(int(round(fraction * n)), 1), n - 1) if n > 1 else n
         train.append(order[:cut])
         test.append(order[cut:])
-    return _subset(data, train), _subset(data, test)
-
-
-def _subset(data, rows):
-    sizes = [len(r) for r in rows]
-    index = np.concatenate(rows)
-    return FederatedData(data.X[index], None if data.y is None else data.y[index],
-                         np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp), data.client_ids)
+    return data.select(train), data.select(test)
 
 
 def trimmed_mean(values, trim):
@@ -73,6 +68,7 @@ def select_penalty(fit, family, data, grid, holdout, trim, random_state):
     Returns
     -------
     best : float
+        The constant chosen by :func:`one_standard_error`.
     table : dict
         ``"C"``: the grid; ``"score"``: trimmed mean held-out log-likelihood
         per sample for each; ``"client_scores"``: (len(grid), K).
@@ -84,6 +80,23 @@ def select_penalty(fit, family, data, grid, holdout, trim, random_state):
         log_norm, _ = family.log_resp(test, fit(train, C))
         per_client = np.add.reduceat(log_norm, test.offsets[:-1][has_test]) / test.n_samples[has_test]
         client_scores.append(per_client)
+    client_scores = np.array(client_scores)
     scores = np.array([trimmed_mean(s, trim) for s in client_scores])
-    return float(grid[int(np.argmax(scores))]), {"C": np.asarray(grid, dtype=float), "score": scores,
-                                                  "client_scores": np.array(client_scores)}
+    return float(grid[one_standard_error(client_scores, trim)]), {"C": np.asarray(grid, dtype=float),
+                                                                   "score": scores, "client_scores": client_scores}
+
+
+def one_standard_error(client_scores, trim):
+    """Index of the smallest constant not significantly worse than the best (the one-standard-error rule).
+
+    Differences to the best constant are paired by client, over the clients
+    the best one's trimmed mean keeps; a constant is within one standard
+    error when its mean difference is at least ``-sd / sqrt(n)``. The rule
+    leans towards less pooling, the robust side: pooling must earn its bias
+    by a held-out gain larger than the noise of the comparison.
+    """
+    best = int(np.argmax([trimmed_mean(s, trim) for s in client_scores]))
+    kept = np.argsort(client_scores[best])[int(np.floor(trim * client_scores.shape[1])):]
+    diff = client_scores[:, kept] - client_scores[best, kept]
+    se = diff.std(axis=1, ddof=1) / np.sqrt(len(kept)) if len(kept) > 1 else np.zeros(len(diff))
+    return int(np.flatnonzero(diff.mean(axis=1) >= -se)[0])

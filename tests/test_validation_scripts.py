@@ -38,3 +38,12 @@ def test_bench_kernels_runs(capsys, tmp_path):
     assert _load("bench_kernels").main(["--smoke", "--figure", str(tmp_path / "perf.png")]) == 0
     out = capsys.readouterr().out
     assert "sklearn/numba" in out and "FedGrEM on the paper's simulation" in out
+
+
+def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
+    """Smoke test of validation/realdata.py on the penguin studies (its targets are checked by hand;
+    see docs/realdata.md): the table has every method and the mixture of regressions runs."""
+    realdata = _load("realdata")
+    realdata.main(["--quick", "--only", "penguins"])
+    out = capsys.readouterr().out
+    assert "clients = islands" in out and "fedgrem (local-EM start)" in out and "sklearn" in out
