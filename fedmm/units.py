@@ -85,8 +85,14 @@ class Units(NamedTuple):
         return cls(np.zeros(d), np.eye(d))
 
     def transform(self, data):
-        """The data in standard units (same clients and order)."""
-        X = np.ascontiguousarray((data.X - self.x_shift) @ self.x_map)
+        """The data in standard units (same clients and order); the data themselves when nothing changes."""
+        diagonal = np.diag(self.x_map)
+        if np.array_equal(self.x_map, np.diag(diagonal)):
+            if not self.x_shift.any() and np.all(diagonal == 1.0) and self.y_shift == 0.0 and self.y_scale == 1.0:
+                return data
+            X = np.ascontiguousarray((data.X - self.x_shift) * diagonal)   # O(n d), not a product
+        else:
+            X = np.ascontiguousarray((data.X - self.x_shift) @ self.x_map)
         y = None if data.y is None else (data.y - self.y_shift) / self.y_scale
         return type(data)(X, y, data.offsets, data.client_ids, data.order)
 
