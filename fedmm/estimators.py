@@ -57,13 +57,13 @@ class _FederatedMixture(BaseEstimator, ABC):
         checks = [("n_components", self.n_components, Integral, 1), ("n_init", self.n_init, Integral, 1),
                   ("max_iter", self.max_iter, Integral, 1), ("tol", self.tol, Real, 0.0),
                   ("C_eta", self.C_eta, Real, np.nextafter(0.0, 1.0))]
-        if isinstance(self.C_eta, Real) and self.C_eta >= 2:
-            raise ValueError(f"C_eta must be below 2, got {self.C_eta!r}: a gradient step with eta * w >= 2 "
-                             "overshoots the M-step instead of moving towards it (the paper uses 0.55 to 1.35).")
         for name, value, kind, low in checks:
             if isinstance(value, bool) or not isinstance(value, kind) or value < low:
                 raise ValueError(f"{name} must be {'an integer' if kind is Integral else 'a number'} "
                                  f">= {low:g}, got {value!r}.")
+        if self.C_eta >= 2:
+            raise ValueError(f"C_eta must be below 2, got {self.C_eta!r}: a gradient step with eta * w >= 2 "
+                             "overshoots the M-step instead of moving towards it (the paper uses 0.55 to 1.35).")
         if self.method not in METHODS:
             raise ValueError(f"Unknown method {self.method!r}; choose one of {sorted(METHODS)}.")
 

@@ -17,9 +17,9 @@
 - ``"trimmed-pooled"``: pooled EM on the clients' summed statistics, each
   round leaving out the ``trim`` fraction of clients whose data the current
   fit explains worst (the trimmed likelihood of Neykov et al., 2007, at the
-  level of clients), from ``n_init`` pooled family starts; the best trimmed
-  fit is broadcast and every client then fits its own mixing proportions to
-  it (EM on the proportions). One start, in one labelling, that outlier
+  level of clients), from candidate starts drawn on random halves of the
+  clients; the best trimmed fit is broadcast and every client then fits its
+  own mixing proportions to it (EM on the proportions). One start, in one labelling, that outlier
   clients cannot capture, and that has the pooled data's accuracy where
   clients are alike: where local EM cannot start (mixtures of regressions at
   ``n_k = 150``, components missing on label-skewed clients) the

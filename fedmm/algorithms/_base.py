@@ -100,8 +100,8 @@ class Algorithm(ABC):
     #: What ``tol`` is compared with: the change of mean log-likelihood per sample
     #: ("log_likelihood", scikit-learn's rule) or of the parameters ("parameter_change").
     stop_on = "log_likelihood"
-    #: Whether every round should not lower :meth:`objective` (EM and gradient EM with a contracting step are
-    #: generalized EM algorithms); the rounds of FedEM and TGMM trade likelihood for agreement.
+    #: Whether no round should lower the log-likelihood (EM and gradient EM with a contracting step are
+    #: generalized EM algorithms); FedEM, TGMM and FedGrEM trade likelihood for agreement between clients.
     ascent = True
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded"):
@@ -134,10 +134,6 @@ class Algorithm(ABC):
     def step(self, family, stats, params, n_k):
         """One round after the E-step: new parameters of every client."""
 
-    def objective(self, params, loglik):
-        """The total the rounds climb, at ``params`` with log-likelihoods ``loglik`` (K,): the log-likelihood."""
-        return loglik.sum()
-
 
 def run_rounds(algorithm, family, data, params, max_iter, tol):
     """Iterate E-step + ``algorithm.step`` from ``params``.
@@ -147,7 +143,7 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
     mean log-likelihood per sample (scikit-learn's rule, client by client),
     or no weight or parameter coordinate of any client.
 
-    A run of an ascent algorithm that ends with a lower :meth:`Algorithm.objective`
+    A run of an ascent algorithm that ends with a lower total log-likelihood
     than its start draws a :class:`sklearn.exceptions.ConvergenceWarning`.
 
     Raises
@@ -162,7 +158,6 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
     history = []
     previous = None
     converged = False
-    start = params
     bound = 1e8 * (1.0 + np.abs(data.X).max() + (0.0 if data.y is None else np.abs(data.y).max()))
     # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -188,16 +183,15 @@ def run_rounds(algorithm, family, data, params, max_iter, tol):
         loglik, _ = family.estep(data, params)
     _check_finite(params, loglik, t, bound)
     if algorithm.ascent:
-        _check_progress(algorithm, start, start_loglik, params, loglik)
+        _check_progress(algorithm, start_loglik.sum(), loglik.sum())
     records = {key: np.array([h[key] for h in history]) for key in history[0]}
     return FitResult(params, t, converged, records, loglik, algorithm.final_state())
 
 
-def _check_progress(algorithm, start, start_loglik, params, loglik):
-    """Warn when a run ends lower on its own objective than it started (beyond round-off)."""
-    before, after = algorithm.objective(start, start_loglik), algorithm.objective(params, loglik)
+def _check_progress(algorithm, before, after):
+    """Warn when a run ends with a lower log-likelihood than it started with (beyond round-off)."""
     if after < before - 1e-6 * (1.0 + abs(before)):
-        warnings.warn(f"{type(algorithm).__name__} ended with a lower objective ({after:.6g}) than its start "
+        warnings.warn(f"{type(algorithm).__name__} ended with a lower objective, the log-likelihood ({after:.6g}), than its start "
                       f"({before:.6g}): its steps did not climb. For gradient methods lower C_eta (a step "
                       "contracts for C_eta < 2); otherwise check the data for clients far from the others.",
                       ConvergenceWarning, stacklevel=4)

@@ -204,7 +204,7 @@ class FedGrEM(Algorithm):
             # likelihood-ratio test at 5% with one component's p degrees of freedom. On the
             # paper's design, stuck inliers gain about 300, noise moves the term by a few units,
             # and outliers lose (they fit their own data worse from the consensus).
-            gain = _result_penalized_loglik(trial) - _result_penalized_loglik(result)
+            gain = _penalized_loglik(trial) - _penalized_loglik(result)
             keep = ~candidates | (gain > 0.5 * chi2.ppf(0.95, start.theta.shape[-1]))
             if not keep[candidates].any():
                 break
@@ -218,15 +218,8 @@ class FedGrEM(Algorithm):
                                            "restarted": np.flatnonzero(candidates & keep)})
         return result
 
-def _result_penalized_loglik(result):
-    """Each client's :func:`_penalized_loglik` at the end of a run."""
-    state = result.state
-    return _penalized_loglik(result.loglik, result.params.weights, state["distance"], state["threshold"],
-                             state["sqrt_n_lambda"])
-
-
-def _penalized_loglik(loglik, weights, distance, threshold, sqrt_n_lambda):
-    """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr (||theta_kr - nu_bar_r|| - threshold)_+``.
+def _penalized_loglik(result):
+    """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr ||nu_kr - nu_bar_r||`` at the end of a run.
 
     The central problem's penalty (Algorithm 1) in log-likelihood units: its
     quadratic ``n_k/2 ||nu - theta_tilde||^2`` stands for a log-likelihood of
@@ -235,5 +228,6 @@ def _penalized_loglik(loglik, weights, distance, threshold, sqrt_n_lambda):
     component therefore earns nothing by sitting at the centre.
     ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold.
     """
-    gap = np.maximum(distance - threshold, 0.0)
-    return loglik - (sqrt_n_lambda * weights * gap).sum(axis=1)
+    state = result.state
+    gap = np.maximum(state["distance"] - state["threshold"], 0.0)
+    return result.loglik - (state["sqrt_n_lambda"] * result.params.weights * gap).sum(axis=1)

@@ -94,8 +94,7 @@ class RegressionFamily(Family):
     def to_internal(self, theta, units):
         d = len(units.x_shift)
         beta = theta[..., :d]
-        gamma = np.linalg.solve(units.x_map, np.moveaxis(beta, -1, 0).reshape(d, -1)).T.reshape(beta.shape)
-        gamma = gamma / units.y_scale
+        gamma = beta @ np.linalg.inv(units.x_map).T / units.y_scale     # inverts beta = s_y gamma W^T
         if not self.fit_intercept:
             return gamma
         gamma0 = (theta[..., d] - units.y_shift + beta @ units.x_shift) / units.y_scale
