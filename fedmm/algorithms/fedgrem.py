@@ -52,7 +52,8 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
         lam0 = 15.0 / 119.0 * np.sqrt(n) * (params.pop("r_w") + params.pop("r_theta"))
         increment = 15.0 * np.sqrt(n) * (params.pop("W") + 2.0 * params.pop("eta_bar") * params.pop("E1"))
     else:
-        raise ValueError(f"penalty must be one of {PENALTIES}, a number >= 0 or a callable of t; got {penalty!r}.")
+        raise ValueError(f"penalty must be one of {PENALTIES} (or 'auto' in the estimators), a number >= 0 or a "
+                         f"callable of t; got {penalty!r}.")
     if params:
         raise ValueError(f"Unknown penalty_params for penalty={penalty!r}: {sorted(params)}.")
     # lambda_t = kappa^t lambda_0 + increment (1 - kappa^t) / (1 - kappa), the recursion unrolled.
