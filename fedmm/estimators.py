@@ -19,9 +19,9 @@ from .algorithms import METHODS, fit_restarts, make_algorithm
 from .algorithms._base import fit_weights
 from .data import FederatedData
 from .families import GaussianFamily, MixtureParams, RegressionFamily
-from .initialization import TRIM, align_params, make_starts
+from .initialization import align_params, make_starts
 from .kernels import resolve_backend
-from .tuning import PENALTY_GRID, select_penalty
+from .tuning import PENALTY_GRID, TRIM, select_penalty
 from .units import pooled_moments
 
 #: Fraction of every client's samples held out when FedGrEM's penalty is tuned (penalty="auto").

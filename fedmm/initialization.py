@@ -38,10 +38,9 @@ from .algorithms.local import LocalEM
 from .algorithms._base import em_update, fit_weights
 from .families import MixtureParams, pool_stats
 from .families._base import one_hot
+from .tuning import TRIM, kept_clients
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled")
-#: Fraction of clients the trimmed pooled start leaves out each round.
-TRIM = 0.2
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
@@ -120,9 +119,11 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
     """Trimmed pooled EM (see the module docstring), then each client's proportions at its components.
 
     Each round keeps the ``K - floor(trim K)`` clients with the highest mean
-    log-likelihood per sample and takes the M-step of their summed
-    statistics: a concentration step, so the trimmed log-likelihood never
-    decreases (as in FAST-LTS and the trimmed likelihood estimator). A start
+    log-likelihood per sample (per sample, so that a large client is not
+    trimmed for its size) and takes the M-step of their summed statistics:
+    with equal client sizes a concentration step, so the trimmed
+    log-likelihood never decreases (as in FAST-LTS and the trimmed likelihood
+    estimator). A start
     drawn from all clients' data can already hold an outlier client's
     component, so, as those algorithms do, the candidates start from the
     family's start on random halves of the clients: ``max(n_init, 10)`` of
@@ -131,13 +132,12 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
     """
     n_k = data.n_samples
     K = data.n_clients
-    kept = K - int(np.floor(trim * K))
 
     def concentrate(params, steps):
         previous = score = None
         for _ in range(steps):
             loglik, stats = family.estep(data, params)
-            keep = np.argsort(-loglik / n_k, kind="stable")[:kept]
+            keep = kept_clients(loglik / n_k, trim)
             score = loglik[keep].sum() / n_k[keep].sum()
             kept_stats = type(stats)(*(None if f is None else f[keep] for f in stats))
             params = em_update(family, pool_stats(kept_stats), n_k[keep].sum(keepdims=True)).broadcast(K)

@@ -33,7 +33,8 @@ def _one_fit(model, method, setting, seed, fit_options):
     h = design.pop("h", 0.0)
     common = dict(random_state=seed, **fit_options)
     # The simulated data follow the paper's model (unit variances, unit noise): fit that model unless told otherwise.
-    common.setdefault("covariance_type" if model == "gmm" else "noise_variance", "identity" if model == "gmm" else 1.0)
+    paper_model = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
+    common = {**paper_model, **common}
     if method == "fedem":
         common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)
     with warnings.catch_warnings():

@@ -23,10 +23,20 @@ data with the chosen ``C``.
 
 import numpy as np
 
-__all__ = ["PENALTY_GRID", "holdout_split", "trimmed_mean", "select_penalty", "one_standard_error"]
+__all__ = ["PENALTY_GRID", "TRIM", "kept_clients", "holdout_split", "trimmed_mean", "select_penalty",
+           "one_standard_error"]
 
 #: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
 PENALTY_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
+#: that up to this fraction of outlier clients cannot decide.
+TRIM = 0.2
+
+
+def kept_clients(values, trim):
+    """Indices of the clients left after leaving out the ``floor(trim K)`` with the lowest ``values``."""
+    values = np.asarray(values, dtype=float)
+    return np.argsort(values, kind="stable")[int(np.floor(trim * len(values))):]
 
 
 def holdout_split(data, fraction, random_state):
@@ -46,12 +56,11 @@ def holdout_split(data, fraction, random_state):
 
 def trimmed_mean(values, trim):
     """Mean of ``values`` without the ``floor(trim * len)`` lowest."""
-    values = np.sort(np.asarray(values, dtype=float))
-    return float(values[int(np.floor(trim * len(values))):].mean())
+    return float(np.asarray(values, dtype=float)[kept_clients(values, trim)].mean())
 
 
 def select_penalty(fit, family, data, grid, holdout, trim, random_state):
-    """The constant of ``grid`` with the best trimmed held-out log-likelihood.
+    """The constant of ``grid`` chosen by trimmed held-out log-likelihood and the one-standard-error rule.
 
     Parameters
     ----------
@@ -96,7 +105,7 @@ def one_standard_error(client_scores, trim):
     by a held-out gain larger than the noise of the comparison.
     """
     best = int(np.argmax([trimmed_mean(s, trim) for s in client_scores]))
-    kept = np.argsort(client_scores[best])[int(np.floor(trim * client_scores.shape[1])):]
+    kept = kept_clients(client_scores[best], trim)
     diff = client_scores[:, kept] - client_scores[best, kept]
     se = diff.std(axis=1, ddof=1) / np.sqrt(len(kept)) if len(kept) > 1 else np.zeros(len(diff))
     return int(np.flatnonzero(diff.mean(axis=1) >= -se)[0])

@@ -21,9 +21,14 @@ units and maps the estimates back:
 - the fitted parameters are mapped back by the family
   (:meth:`fedmm.families.Family.to_original`).
 
-Because every other step is equivariant, the standardization need not be
-robust: an outlier client moves it, which changes only the floating-point
-path, not the estimate.
+The standardization is not robust: an outlier client moves the pooled
+moments. For the spherical model and the pooled regression methods that
+changes only the floating-point path (their other steps are equivariant under
+the maps those standardizations use). For diagonal covariances it changes
+the features' relative scale, hence the metric of the k-means start and the
+size of ``reg_covar``; for the other regression methods the whitened
+features differ by a rotation, which the coordinate-wise medians of the
+alignment do not follow. Either can change a start, not the model.
 """
 
 from typing import NamedTuple
@@ -38,7 +43,6 @@ class Moments(NamedTuple):
 
     Attributes
     ----------
-    n : int
     mean : ndarray of shape (d,)
     second : ndarray of shape (d, d)
         ``sum_i x_i x_i^T / n`` (uncentered).
@@ -46,7 +50,6 @@ class Moments(NamedTuple):
         ``sum_i y_i / n`` and ``sum_i y_i^2 / n``.
     """
 
-    n: int
     mean: np.ndarray
     second: np.ndarray
     y_mean: float | None
@@ -54,14 +57,13 @@ class Moments(NamedTuple):
 
 
 def pooled_moments(data):
-    """Every client's sums, added up on the server (FedGrEM's clients send only such summaries)."""
-    sums_x = np.add.reduceat(data.X, data.offsets[:-1], axis=0)                       # (K, d), client sums
-    second = data.X.T @ data.X
-    n = int(data.n_samples.sum())
+    """The pooled moments: what the server gets by adding every client's sums (``n_k``, ``sum x``,
+    ``sum x x^T``, ``sum y``, ``sum y^2``); in-process the sums over the contiguous array are the same."""
+    n = len(data.X)
     y_mean = y_second = None
     if data.y is not None:
         y_mean, y_second = float(data.y.sum() / n), float(data.y @ data.y / n)
-    return Moments(n, sums_x.sum(axis=0) / n, second / n, y_mean, y_second)
+    return Moments(data.X.sum(axis=0) / n, data.X.T @ data.X / n, y_mean, y_second)
 
 
 class Units(NamedTuple):
@@ -98,9 +100,13 @@ class Units(NamedTuple):
 
 
 def scale_or_one(variance):
-    """Standard deviations, with 1 for features that do not vary (nothing to scale)."""
+    """Standard deviations, with 1 for features that do not vary (nothing to scale).
+
+    "Does not vary" is relative to the largest standard deviation, never to
+    1, so data in tiny units (1e-13) are scaled like any others.
+    """
     sd = np.sqrt(np.maximum(variance, 0.0))
-    return np.where(sd > 1e-12 * (1.0 + sd.max()), sd, 1.0)
+    return np.where(sd > 1e-12 * sd.max(), sd, 1.0)
 
 
 def whitening(second):

@@ -158,8 +158,8 @@ def check(results):
             clean = study.split("eps=")[0] + "eps=0.0"
             f, f0 = mean(study, "fedgrem"), mean(clean, "fedgrem")
             e, e0 = mean(study, "fedem"), mean(clean, "fedem")
-            checks.append((f"{study}: FedGrEM {f:.3f} within 10% of its clean {f0:.3f}; FedEM {e:.3f} vs clean "
-                           f"{e0:.3f}", f <= 1.1 * f0))
+            checks.append((f"{study}: FedGrEM {f:.3f} within 10% of its clean {f0:.3f}, while FedEM degrades "
+                           f"({e:.3f} against clean {e0:.3f})", f <= 1.1 * f0 and e > e0))
     return checks
 
 

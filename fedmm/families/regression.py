@@ -72,7 +72,8 @@ class RegressionFamily(Family):
         """Centre ``x`` (with an intercept) and whiten it by its pooled second moment, so the model is
         equivariant under any invertible affine map of the features; centre ``y`` (with an intercept) and,
         when the noise variance is estimated, scale it by its pooled standard deviation. A fixed noise
-        variance fixes the unit of ``y``, which is then only shifted."""
+        variance fixes the unit of ``y``, which is then only shifted. The whitened design has the pooled
+        second moment ``I`` that the paper's MoR analysis assumes (``x ~ N(0, I_d)``, Sec. 3.4, App. A.2)."""
         mean = moments.mean if self.fit_intercept else np.zeros_like(moments.mean)
         second = moments.second - np.outer(mean, mean)
         y_shift = moments.y_mean if self.fit_intercept else 0.0
