@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..kernels import get_kernels
+
 # Added to responsibility sums before dividing, as scikit-learn does, so that
 # an empty component gives a finite (if meaningless) estimate instead of NaN.
 _TINY = 10 * np.finfo(np.float64).eps
@@ -81,6 +83,16 @@ class Family(ABC):
     needs_y = False
     #: Whether each component has its own estimated variance(s) (FedGrEM pools them with the means).
     scale_per_component = False
+
+    def __init__(self, backend="numpy"):
+        get_kernels(backend)  # a wrong or unavailable backend fails here, not at the first E-step
+        self.backend = backend
+
+    @property
+    def kernels(self):
+        """The kernel functions of :attr:`backend` (:func:`fedmm.kernels.get_kernels`), resolved on use so that
+        fitted estimators survive ``pickle`` and ``deepcopy`` and load on a machine with other backends."""
+        return get_kernels(self.backend)
 
     def design(self, X):
         """The matrix the component parameters act on (``X`` itself unless overridden)."""

@@ -5,7 +5,6 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..kernels import get_kernels
 from ..units import Units, scale_or_one
 from ._base import _TINY, Family, one_hot
 
@@ -44,7 +43,7 @@ class GaussianFamily(Family):
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}.")
         self.covariance_type = covariance_type
         self.reg_covar = reg_covar
-        self.kernels = get_kernels(backend)
+        super().__init__(backend)
 
     @property
     def scale_per_component(self):

@@ -5,7 +5,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import get_kernels
 from ..units import Units, scale_or_one, whitening
 from ._base import _TINY, Family, one_hot
 
@@ -57,7 +56,7 @@ class RegressionFamily(Family):
         self.noise_variance = noise_variance
         self.reg_coef = reg_coef
         self.precondition = precondition
-        self.kernels = get_kernels(backend)
+        super().__init__(backend)
 
     @property
     def _estimates_noise(self):
