@@ -1,6 +1,6 @@
 """fedmm: mixture models estimated from data split across clients that cannot pool raw data."""
 
-from .algorithms import DivergenceError
+from .engine import DivergenceError
 from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
 
 __version__ = "0.1.0"

@@ -58,6 +58,12 @@ class FederatedData:
         sl = slice(self.offsets[k], self.offsets[k + 1])
         return self.X[sl], None if self.y is None else self.y[sl]
 
+    def client_data(self, k):
+        """Client ``k`` alone, as one-client data (views of the arrays, no copy)."""
+        sl = slice(self.offsets[k], self.offsets[k + 1])
+        return FederatedData(self.X[sl], None if self.y is None else self.y[sl],
+                             np.array([0, sl.stop - sl.start], dtype=np.intp), self.client_ids[k:k + 1])
+
     def split(self, values):
         """Cut a per-sample array (first axis ``n``) into a list of client arrays."""
         return np.split(values, self.offsets[1:-1])

@@ -7,7 +7,7 @@ layout and the internal one; the estimation itself is the chosen
 
 import warnings
 from abc import ABC, abstractmethod
-from numbers import Integral, Real
+import inspect
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -15,17 +15,49 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .algorithms import METHODS, fit_restarts, make_algorithm
-from .algorithms._base import fit_weights
+from . import _params as P
+from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
+from .algorithms._base import ETA_RULES
+from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
+from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
+from .engine import fit_restarts, fit_weights
 from .families import GaussianFamily, MixtureParams, RegressionFamily
-from .initialization import align_params, make_starts
-from .kernels import resolve_backend
+from .families.gaussian import COVARIANCE_TYPES
+from .families.regression import NOISE_MODES
+from .initialization import INITS, align_params, make_starts
+from .kernels import BACKENDS, resolve_backend
 from .tuning import PENALTY_GRID, TRIM, select_penalty
 from .units import pooled_moments
 
 #: Fraction of every client's samples held out when FedGrEM's penalty is tuned (penalty="auto").
 HOLDOUT = 0.2
+
+#: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
+_SHARED_CONSTRAINTS = {
+    "n_components": P.integer(1),
+    "method": P.one_of(*METHODS),
+    "n_init": P.integer(1),
+    "max_iter": P.integer(1),
+    "tol": P.real(0.0, np.inf, high_open=True),
+    "init": P.one_of(*INITS),
+    "alignment": P.any_of(P.one_of(*ALIGNMENT_METHODS), P.none),
+    "C_eta": P.Constraint(P.real(0.0, 2.0, low_open=True, high_open=True).accepts,
+                          "a number in (0, 2): a gradient step with eta * w >= 2 overshoots the M-step instead of "
+                          "moving towards it (the paper uses 0.55 to 1.35)"),
+    "eta_rule": P.one_of(*ETA_RULES),
+    "penalty": P.any_of(P.one_of(*PENALTIES, "auto"), P.real(0.0), P.function),
+    "penalty_params": P.any_of(P.instance(dict, text="a dict"), P.none),
+    "center_restarts": P.integer(0),
+    "pooling_sizes": P.one_of(*POOLING_SIZES),
+    "pool_variances": P.boolean,
+    "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
+    "backend": P.one_of(*BACKENDS),
+    "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1),
+                             P.instance(np.random.RandomState, text="a numpy RandomState")),
+}
+#: What each estimator's initial values may be before they meet the data (shapes are checked against it).
+_ARRAY_OR_NONE = P.any_of(P.none, P.instance(list, tuple, np.ndarray, text="an array-like"))
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
 
@@ -35,6 +67,11 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
     _family_class = None
+    #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
+    #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
+    _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
+                       "pool_variances", "tgmm_lambda")
+    _gradient_options = ()
 
     @abstractmethod
     def _make_family(self, backend):
@@ -53,31 +90,52 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _publish(self, params):
         """Set the family-specific fitted attributes from the internal parameters."""
 
+    @classmethod
+    def options_for(cls, method, options):
+        """The part of ``options`` (constructor arguments) that ``method`` uses.
+
+        Arguments every method uses are always kept; a method-specific one
+        (``C_eta``, ``penalty``, ``tgmm_lambda``, ...) only for the methods that
+        take it. For studies that run several methods with one set of options.
+        """
+        return {name: value for name, value in options.items() if cls._applies(name, method)}
+
+    @classmethod
+    def _applies(cls, name, method):
+        if name not in cls._method_options:
+            return True
+        gradient = issubclass(METHODS[method], GradientStrategy)
+        return name in method_options(method) or (name in cls._gradient_options and gradient)
+
     def _check_params(self):
-        checks = [("n_components", self.n_components, Integral, 1), ("n_init", self.n_init, Integral, 1),
-                  ("max_iter", self.max_iter, Integral, 1), ("tol", self.tol, Real, 0.0),
-                  ("C_eta", self.C_eta, Real, np.nextafter(0.0, 1.0))]
-        for name, value, kind, low in checks:
-            if isinstance(value, bool) or not isinstance(value, kind) or value < low:
-                raise ValueError(f"{name} must be {'an integer' if kind is Integral else 'a number'} "
-                                 f">= {low:g}, got {value!r}.")
-        if self.C_eta >= 2:
-            raise ValueError(f"C_eta must be below 2, got {self.C_eta!r}: a gradient step with eta * w >= 2 "
-                             "overshoots the M-step instead of moving towards it (the paper uses 0.55 to 1.35).")
-        if self.method not in METHODS:
-            raise ValueError(f"Unknown method {self.method!r}; choose one of {sorted(METHODS)}.")
+        """Every constructor argument against its declared constraint, then against the method: an option the
+        chosen method does not use must keep its default (a changed one would be silently ignored)."""
+        P.validate(self.get_params(deep=False), self._parameter_constraints)
+        defaults = inspect.signature(type(self).__init__).parameters
+        for name in self._method_options:
+            value, default = getattr(self, name), defaults[name].default
+            if not self._applies(name, self.method) and (value is not default and value != default):
+                users = [m for m in METHODS if self._applies(name, m)]
+                raise ValueError(f"{name}={value!r} is not used by method={self.method!r} (only by {users}); "
+                                 f"leave it at its default {default!r} or choose one of those methods.")
+        if self.penalty == "auto" and self.method != "fedgrem":
+            raise ValueError(f"penalty='auto' tunes FedGrEM's penalty; method={self.method!r} has none.")
+
+    def _strategy_options(self):
+        """The constructor arguments the chosen method takes, under the strategy's names."""
+        takes = method_options(self.method)
+        return {name: getattr(self, name) for name in self._method_options if name in takes}
 
     def _fit(self, X, y, groups):
         self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
-        auto = self.method == "fedgrem" and isinstance(self.penalty, str) and self.penalty == "auto"
-        options = dict(C_eta=self.C_eta, eta_rule=self.eta_rule, penalty="paper" if auto else self.penalty,
-                       penalty_params=self.penalty_params, center_restarts=self.center_restarts,
-                       pooling_sizes=self.pooling_sizes, pool_variances=self.pool_variances,
-                       tgmm_lambda=self.tgmm_lambda)
-        algorithm = make_algorithm(self.method, **options)
-        data.check_components(self.n_components, per_client=algorithm.per_client)
+        options = self._strategy_options()
+        auto = options.get("penalty") == "auto"
+        if auto:
+            options["penalty"] = "paper"
+        strategy = make_strategy(self.method, **options)
+        data.check_components(self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = data.n_features
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
         units = family.units(pooled_moments(data))
@@ -90,16 +148,16 @@ class _FederatedMixture(BaseEstimator, ABC):
             train_starts = []
 
             def fit_with(train, C):
-                candidate = make_algorithm(self.method, **{**options, "penalty_params": {
+                candidate = make_strategy(self.method, **{**options, "penalty_params": {
                     **(self.penalty_params or {}), "C": C}})
                 if not train_starts:  # one set of starts for every C: the comparison is paired
                     train_starts.extend(self._starts(family, train, candidate, rng, user))
                 return self._estimate(family, train, candidate, rng, user, train_starts)[0].params
             best, self.penalty_selection_ = select_penalty(fit_with, family, data, PENALTY_GRID, HOLDOUT, TRIM, rng)
             options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
-            algorithm = make_algorithm(self.method, **options)
+            strategy = make_strategy(self.method, **options)
 
-        result, alignment = self._estimate(family, data, algorithm, rng, user)
+        result, alignment = self._estimate(family, data, strategy, rng, user)
         params = family.to_original(result.params, units)
 
         self._family = family
@@ -114,7 +172,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
         self.log_likelihood_ = result.loglik / data.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / data.n_samples.sum() + jacobian
-        self._set_center(family, params, result.state, units)
+        self._set_center(family, params, strategy.center(result.diagnostics), units)
+        for name, value in strategy.fitted_attributes(result, self.client_ids_).items():
+            setattr(self, name, value)
         self._publish(params)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
@@ -122,45 +182,31 @@ class _FederatedMixture(BaseEstimator, ABC):
                           ConvergenceWarning, stacklevel=3)
         return self
 
-    def _starts(self, family, data, algorithm, rng, user):
-        return make_starts(family, algorithm, data, self.n_components, init=self.init, n_init=self.n_init,
+    def _starts(self, family, data, strategy, rng, user):
+        return make_starts(family, strategy, data, self.n_components, init=self.init, n_init=self.n_init,
                            max_iter=self.max_iter, tol=self.tol, alignment=self.alignment, random_state=rng, user=user)
 
-    def _estimate(self, family, data, algorithm, rng, user, starts=None):
+    def _estimate(self, family, data, strategy, rng, user, starts=None):
         """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
-        starts = self._starts(family, data, algorithm, rng, user) if starts is None else starts
-        result = fit_restarts(algorithm, family, data, [start for start, _ in starts], self.max_iter, self.tol)
+        starts = self._starts(family, data, strategy, rng, user) if starts is None else starts
+        result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol)
         alignment = starts[result.start][1]
-        if algorithm.per_client and self.alignment is not None and data.n_clients > 1:
+        if strategy.per_client and self.alignment is not None and data.n_clients > 1:
             # Independent clients label their components in any order; relabel the final
             # estimates so that component r means the same thing on every client.
             params, alignment = align_params(result.params, self.alignment, rng)
             result = result._replace(params=params)
         return result, alignment
 
-    def _set_center(self, family, params, state, units):
-        """The consensus parameters and, for FedGrEM, which clients it pooled.
-
-        FedGrEM's centre is the ``nu_bar`` of its last central update, FedEM's
-        and the pooled methods' the shared estimate; for the local methods it
-        is the coordinate-wise median of the (aligned) client estimates.
-        Variances of the centre are the clients' coordinate-wise median.
-        Distances and thresholds stay in the noise units the central update
-        works in (:func:`fedmm.algorithms.fedgrem.noise_scale`).
-        """
-        center = np.median(params.theta, axis=0)
-        if "center" in state:
-            center = family.to_original(MixtureParams(None, state["center"][None], params.scale[:1]), units).theta[0]
+    def _set_center(self, family, params, center, units):
+        """The consensus parameters: the strategy's (FedGrEM's ``nu_bar``, the shared estimate of FedEM and
+        the pooled methods), else the coordinate-wise median of the (aligned) client estimates. Variances of
+        the centre are the clients' coordinate-wise median."""
+        if center is None:
+            center = np.median(params.theta, axis=0)
+        else:
+            center = family.to_original(MixtureParams(None, center[None], params.scale[:1]), units).theta[0]
         self._center = (center, np.median(params.scale, axis=0))
-        if "pooled" in state:
-            self.pooled_ = state["pooled"]
-            self.distance_to_center_ = state["distance"]
-            self.pooling_threshold_ = state["threshold"]
-            self.center_restarts_ = state["center_restarts"]
-            self.restarted_clients_ = self.client_ids_[state["restarted"]]
-            self.outlier_scores_ = (state["distance"] / state["threshold"]).max(axis=1)
-            suspects = np.flatnonzero(self.outlier_scores_ > 1.0)
-            self.suspected_outliers_ = self.client_ids_[suspects[np.argsort(-self.outlier_scores_[suspects])]]
 
     def _personalize(self, X, y):
         """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2)."""
@@ -247,11 +293,11 @@ class _FederatedMixture(BaseEstimator, ABC):
         an upper bound on the effective number of parameters.
         """
         data, log_norm, _, _ = self._log_resp(X, y, client, groups)
-        algorithm = METHODS[self.method]
+        strategy = METHODS[self.method]
         K, R = data.n_clients, self.n_components
         per_mixture = self._family.n_parameters(R, self.n_features_in_)
-        weight_sets = 1 if algorithm.shared else K
-        component_sets = 1 if algorithm.shares_components else K
+        weight_sets = 1 if strategy.shared else K
+        component_sets = 1 if strategy.shares_components else K
         n_params = weight_sets * (R - 1) + component_sets * (per_mixture - (R - 1))
         return -2.0 * log_norm.sum() + penalty(len(log_norm)) * n_params
 
@@ -429,6 +475,9 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     _theta_init = "means_init"
     _family_class = GaussianFamily
+    _parameter_constraints = {**_SHARED_CONSTRAINTS, "covariance_type": P.one_of(*COVARIANCE_TYPES),
+                              "reg_covar": P.real(0.0, np.inf, high_open=True), "weights_init": _ARRAY_OR_NONE,
+                              "means_init": _ARRAY_OR_NONE}
 
     def __init__(self, n_components=1, *, method="local-em", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
@@ -585,6 +634,12 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     _theta_init = "coef_init"
     _family_class = RegressionFamily
+    _parameter_constraints = {**_SHARED_CONSTRAINTS, "fit_intercept": P.boolean,
+                              "noise_variance": P.any_of(P.one_of(*NOISE_MODES),
+                                                         P.real(0.0, np.inf, low_open=True, high_open=True)),
+                              "precondition": P.boolean, "weights_init": _ARRAY_OR_NONE, "coef_init": _ARRAY_OR_NONE}
+    _method_options = _FederatedMixture._method_options + ("precondition",)
+    _gradient_options = ("precondition",)
 
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,

@@ -26,16 +26,15 @@
   federation still can.
 - user-supplied weights and parameters: one start.
 
-``"auto"`` is the method's own default (``Algorithm.default_init``).
+``"auto"`` is the method's own default (``Strategy.default_init``).
 """
 
 import numpy as np
 
 from .alignment import align
-from .data import FederatedData
-from .algorithms import fit_restarts
+from .algorithms._base import em_update
 from .algorithms.local import LocalEM
-from .algorithms._base import em_update, fit_weights
+from .engine import fit_restarts, fit_weights
 from .families import MixtureParams, pool_stats
 from .families._base import one_hot
 from .tuning import TRIM, kept_clients
@@ -79,9 +78,8 @@ def common_start(family, data, n_components, random_state):
         raise ValueError(f"init='common' needs a client with at least n_components={n_components} samples to draw "
                          "the start from; give initial values (weights_init and means_init / coef_init) instead.")
     k = eligible[random_state.randint(eligible.size)]
-    X, y = data.client(k)
-    resp = family.initial_resp(X, y, n_components, random_state)
-    one = FederatedData(X, y, np.array([0, len(X)]), data.client_ids[k:k + 1])
+    one = data.client_data(k)
+    resp = family.initial_resp(one.X, one.y, n_components, random_state)
     start = em_update(family, family.stats_from_resp(one, resp), one.n_samples).broadcast(data.n_clients)
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
 

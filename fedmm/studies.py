@@ -37,6 +37,8 @@ def _one_fit(model, method, setting, seed, fit_options):
     common = {**paper_model, **common}
     if method == "fedem":
         common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)
+    estimator = FederatedGaussianMixture if model == "gmm" else FederatedMixtureRegression
+    common = estimator.options_for(method, common)  # e.g. C_eta goes to the gradient methods only
     with warnings.catch_warnings():
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import make_algorithm, run_rounds
+from fedmm.algorithms import make_strategy
+from fedmm.engine import run_rounds
 from fedmm.algorithms.fedgrem import penalty_schedule
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
@@ -22,7 +23,7 @@ def test_infinite_penalty_is_gradient_fedem():
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    fed = run_rounds(make_algorithm("fedgrem", penalty=np.inf, center_restarts=0), family, data, start, 25, 0.0)
+    fed = run_rounds(make_strategy("fedgrem", penalty=np.inf, center_restarts=0), family, data, start, 25, 0.0)
 
     n_k = data.n_samples.astype(float)
     params, w0 = start, np.maximum(start.weights, 1 / n_k[:, None])
@@ -35,15 +36,15 @@ def test_infinite_penalty_is_gradient_fedem():
         params = MixtureParams(w, np.broadcast_to(mean, theta.shape).copy(), params.scale)
     np.testing.assert_allclose(fed.params.theta, params.theta, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(fed.params.weights, params.weights, rtol=1e-10)
-    assert fed.state["pooled"].all()
+    assert fed.diagnostics.pooled.all()
 
 
 def test_zero_penalty_is_local_gradient_em():
     X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=1)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(1))
-    a = run_rounds(make_algorithm("fedgrem", penalty=0.0, center_restarts=0), family, data, start, 20, 0.0)
-    b = run_rounds(make_algorithm("local-grem"), family, data, start, 20, 0.0)
+    a = run_rounds(make_strategy("fedgrem", penalty=0.0, center_restarts=0), family, data, start, 20, 0.0)
+    b = run_rounds(make_strategy("local-grem"), family, data, start, 20, 0.0)
     np.testing.assert_allclose(a.params.theta, b.params.theta, rtol=1e-12)
 
 
@@ -120,7 +121,7 @@ def test_tgmm_step_is_the_penalized_m_step():
     X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=5)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(5), spread=0.3)
-    result = run_rounds(make_algorithm("tgmm", tgmm_lambda=0.4), family, data, start, 1, 0.0)
+    result = run_rounds(make_strategy("tgmm", tgmm_lambda=0.4), family, data, start, 1, 0.0)
     _, stats = family.estep(data, start)
     for k in range(3):
         others = np.delete(start.theta, k, axis=0).sum(0)

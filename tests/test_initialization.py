@@ -3,7 +3,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import make_algorithm
+from fedmm.algorithms import make_strategy
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, RegressionFamily
 from fedmm.initialization import make_starts, trimmed_pooled_start
@@ -18,7 +18,7 @@ def _starts(method, init, X, **kw):
     options = dict(init=init, n_init=2, max_iter=50, tol=1e-4, alignment="consensus",
                    random_state=np.random.RandomState(0))
     options.update(kw)
-    return make_starts(GaussianFamily(), make_algorithm(method), data, 4, **options)
+    return make_starts(GaussianFamily(), make_strategy(method), data, 4, **options)
 
 
 def test_local_em_start_is_aligned_across_clients():

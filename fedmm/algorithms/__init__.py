@@ -1,8 +1,12 @@
-"""Estimation strategies, selected by name through the estimators' ``method=``."""
+"""Estimation strategies, selected by name through the estimators' ``method=``.
+
+Each is a client step and a server step over :mod:`fedmm.protocol`'s messages;
+:mod:`fedmm.engine` runs them.
+"""
 
 import inspect
 
-from ._base import Algorithm, DivergenceError, FitResult, fit_restarts, run_rounds
+from ._base import GradientStrategy, Strategy
 from .fedem import FedEM
 from .fedgrem import FedGrEM
 from .local import LocalEM, LocalGrEM
@@ -19,19 +23,21 @@ METHODS = {
     "pooled-grem": PooledGrEM,
 }
 
-__all__ = ["METHODS", "Algorithm", "DivergenceError", "FitResult", "fit_restarts", "run_rounds",
-           "make_algorithm"]
+__all__ = ["METHODS", "Strategy", "GradientStrategy", "make_strategy", "method_options"]
 
 
-def make_algorithm(method, **options):
-    """Instantiate the strategy registered as ``method`` with the options it takes.
-
-    The estimators hold every method's options; each strategy receives only
-    those in its own signature.
-    """
+def method_options(method):
+    """The options (constructor arguments) the strategy registered as ``method`` takes."""
     try:
         cls = METHODS[method]
     except KeyError:
         raise ValueError(f"Unknown method {method!r}; choose one of {sorted(METHODS)}.") from None
-    accepted = inspect.signature(cls).parameters
-    return cls(**{k: v for k, v in options.items() if k in accepted})
+    return tuple(inspect.signature(cls).parameters)
+
+
+def make_strategy(method, **options):
+    """Instantiate the strategy registered as ``method`` with ``options`` (all of which it must take)."""
+    unknown = sorted(set(options) - set(method_options(method)))
+    if unknown:
+        raise ValueError(f"method={method!r} takes no option(s) {unknown}; it takes {list(method_options(method))}.")
+    return METHODS[method](**options)

@@ -10,13 +10,27 @@ as in the FedGrEM paper's comparison. Variances, where estimated, are averaged
 the same way.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..families import MixtureParams
-from ._base import Algorithm, em_update
+from ..protocol import Broadcast
+from ._base import Strategy, em_update
 
 
-class FedEM(Algorithm):
+class SharedComponents(NamedTuple):
+    """The server's account of FedEM and the pooled methods: the one estimate every client shares.
+
+    Attributes
+    ----------
+    center : ndarray of shape (R, p)
+    """
+
+    center: np.ndarray
+
+
+class FedEM(Strategy):
     """FedEM (``method="fedem"``): shared components, local mixing proportions."""
 
     per_client = False
@@ -24,13 +38,17 @@ class FedEM(Algorithm):
     default_init = "common"
     ascent = False
 
-    def step(self, family, stats, params, n_k):
-        local = em_update(family, stats, n_k)                                     # client side
-        share = (n_k / n_k.sum())[:, None, None]                                  # server side
-        theta = np.broadcast_to((share * local.theta).sum(axis=0), local.theta.shape).copy()
-        scale = np.broadcast_to((share * local.scale).sum(axis=0), local.scale.shape).copy()
-        self.center = theta[0]
-        return MixtureParams(local.weights, theta, scale)
+    def local_update(self, family, stats, state, n_k):
+        return em_update(family, stats, n_k)
 
-    def final_state(self):
-        return {"center": self.center}
+    def server_step(self, messages, state, t):
+        share = (messages.n / messages.n.sum())[:, None, None]
+        theta = np.broadcast_to((share * messages.theta).sum(axis=0), messages.theta.shape).copy()
+        scale = np.broadcast_to((share * messages.scale).sum(axis=0), messages.scale.shape).copy()
+        return Broadcast(MixtureParams(messages.weights, theta, scale)), SharedComponents(theta[0])
+
+    def diagnostics(self, state):
+        return state
+
+    def center(self, diagnostics):
+        return diagnostics.center

@@ -4,17 +4,22 @@ Each round, on every client: the E-step, ``w_hat_r = N_r / n_k``, and one gradie
 step ``theta_tilde = theta + eta * grad Q-hat``. On the server: the central
 update (:func:`fedmm.central.central_update`) with penalty ``lambda_t``, which
 pools clients near the consensus onto it and lets far ones (heterogeneous or
-outlier clients) keep their own estimate. Only parameters cross the boundary.
+outlier clients) keep their own estimate. Clients send parameters, sizes and
+their responsibility-weighted sums, from which the server evaluates each
+client's variances at the parameters it sends back (the closed-form maximizer
+of the client's Q-hat there) and pools them where the means are pooled.
 """
 
 from numbers import Real
+from typing import Callable, NamedTuple
 
 import numpy as np
 from scipy.stats import chi2
 
-from ..central import central_update
+from ..central import CentralResult, central_update
 from ..families import MixtureParams
-from ._base import Algorithm, fit_weights, grem_update, run_rounds
+from ..protocol import Broadcast
+from ._base import GradientStrategy
 
 PENALTIES = ("paper", "theory")
 POOLING_SIZES = ("client", "component")
@@ -93,7 +98,43 @@ def pool_variances(scale, N, pooled):
     return np.where(pooled[..., None] & (total > 0), (share * scale).sum(axis=0), scale)
 
 
-class FedGrEM(Algorithm):
+class Consensus(NamedTuple):
+    """FedGrEM's account of its last central update (noise units: ``theta / sigma_r``, :func:`noise_scale`).
+
+    Attributes
+    ----------
+    center : ndarray of shape (R, p)
+        The consensus ``nu_bar`` in the fitting units.
+    pooled : ndarray of shape (K, R), bool
+        Which clients' components were shrunk exactly onto the centre.
+    distance : ndarray of shape (K, R)
+        ``||theta_tilde_kr - nu_bar_r||`` in noise units.
+    threshold : ndarray of shape (K, R)
+        The pooling distance ``lambda_T / sqrt(n_k)`` (or per-component sizes).
+    sqrt_n_lambda : ndarray of shape (K, 1)
+        ``sqrt(n_k) lambda_T``: ``n_k`` times the client's threshold.
+    """
+
+    center: np.ndarray
+    pooled: np.ndarray
+    distance: np.ndarray
+    threshold: np.ndarray
+    sqrt_n_lambda: np.ndarray
+
+
+class FedGrEMState(NamedTuple):
+    """The FedGrEM server between rounds: the model, the clients' sizes, the penalty schedule, and the last
+    round's central solution and noise scale (None before the first round)."""
+
+    family: object
+    n_k: np.ndarray
+    schedule: Callable
+    lam: float = np.nan
+    central: CentralResult | None = None
+    sigma: np.ndarray | None = None
+
+
+class FedGrEM(GradientStrategy):
     """FedGrEM (``method="fedgrem"``).
 
     Parameters
@@ -108,7 +149,7 @@ class FedGrEM(Algorithm):
     center_restarts : int
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
-        parameters set to the centre, uniform proportions) and FedGrEM runs
+        parameters set to the centre, proportions refitted) and FedGrEM runs
         again; repeated up to this many times while some client is unpooled.
         A restart is kept only for clients whose own term of FedGrEM's
         objective (log-likelihood minus central penalty) it raises
@@ -116,7 +157,8 @@ class FedGrEM(Algorithm):
         freedom): an inlier stuck in a poor local optimum gains hundreds of
         nats and is pooled, an outlier fits its own data worse from the
         consensus and keeps its first estimate, so robustness is kept.
-        0 gives the paper's algorithm.
+        0 gives the paper's algorithm. The engine runs the passes
+        (:meth:`restart`, :meth:`keep_restart`).
     pool_variances : bool
         Components pooled onto the centre also share their variance
         (:func:`pool_variances`); False keeps every client's own, as the
@@ -126,6 +168,7 @@ class FedGrEM(Algorithm):
     """
 
     per_client = False
+    sends_stats = True
     # The paper starts from aligned local EM (App. B, C.1); fedmm's default is the trimmed pooled start, which
     # needs no client to fit every component alone (docs/units.md, "Starts"). init="local-em" gives the paper's.
     default_init = "trimmed-pooled"
@@ -137,87 +180,84 @@ class FedGrEM(Algorithm):
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", pool_variances=True, central_tol=1e-10, central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
-        self.pool_variances = pool_variances
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
         self.pooling_sizes = pooling_sizes
+        self.pool_variances = pool_variances
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
         self.central_tol = central_tol
         self.central_max_iter = central_max_iter
 
-    def start(self, params, n_k):
-        super().start(params, n_k)
-        self.n_k = n_k
-        self.t = 0
-        self.lam = penalty_schedule(self.penalty, self.penalty_params, params.theta.shape[-1], len(n_k), n_k.mean())
-        self.central = None
+    def server_start(self, family, start, n_k):
+        schedule = penalty_schedule(self.penalty, self.penalty_params, start.theta.shape[-1], len(n_k), n_k.mean())
+        return Broadcast(start), FedGrEMState(family, n_k, schedule)
 
-    def step(self, family, stats, params, n_k):
-        self.t += 1
-        local = grem_update(family, stats, params, self.step_sizes(stats, n_k), n_k)  # client side
-        self.sigma = noise_scale(local.scale)                                     # server side
-        self.central = self._central(local, self.lam(self.t))
-        nu = self.central.nu * self.sigma
+    def server_step(self, messages, state, t):
+        """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``."""
+        family, lam = state.family, state.schedule(t)
+        sigma = noise_scale(messages.scale)
+        central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
+                                 tol=self.central_tol, max_iter=self.central_max_iter)
+        nu = central.nu * sigma
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
-        scale = family.update_scale(stats, nu)
+        scale = family.update_scale(messages.stats, nu)
         if self.pool_variances and family.scale_per_component:
-            scale = pool_variances(scale, stats.N, self.central.pooled)
-        return local._replace(theta=nu, scale=scale)
+            scale = pool_variances(scale, messages.stats.N, central.pooled)
+        params = MixtureParams(messages.weights, nu, scale)
+        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma)
 
-    def _central(self, params, lam):
-        """The central problem on ``theta / sigma`` (noise units), weighted by :meth:`_sizes`."""
-        return central_update(params.theta / self.sigma, self._sizes(params.weights), lam, tol=self.central_tol,
-                              max_iter=self.central_max_iter)
-
-    def _sizes(self, weights):
+    def _sizes(self, n_k, weights):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
         ``theta_tilde_kr``) times ``R``, so that uniform proportions give the paper's ``n_k``."""
         if self.pooling_sizes == "component":
-            return self.n_k[:, None] * weights * weights.shape[1]
-        return self.n_k
+            return n_k[:, None] * weights * weights.shape[1]
+        return n_k
 
-    def round_info(self):
-        c = self.central
-        return {"penalty": self.lam(self.t), "central_iterations": c.n_iter, "pooled_fraction": c.pooled.mean()}
+    def round_info(self, state):
+        c = state.central
+        return {"penalty": state.lam, "central_iterations": c.n_iter, "pooled_fraction": c.pooled.mean()}
 
-    def final_state(self):
-        c = self.central
-        return {"center": c.center * self.sigma, "pooled": c.pooled, "distance": c.distance, "threshold": c.threshold,
-                "sqrt_n_lambda": self.lam(self.t) * np.sqrt(self.n_k)[:, None], "center_restarts": 0,
-                "restarted": np.array([], dtype=int)}
+    def diagnostics(self, state):
+        c = state.central
+        return Consensus(c.center * state.sigma, c.pooled, c.distance, c.threshold,
+                         state.lam * np.sqrt(state.n_k)[:, None])
 
-    def run(self, family, data, start, max_iter, tol):
-        result = run_rounds(self, family, data, start, max_iter, tol)
-        for restart in range(1, self.center_restarts + 1):
-            candidates = ~result.state["pooled"].all(axis=1)
-            if not candidates.any():
-                break
-            theta = np.where(candidates[:, None, None], result.state["center"], result.params.theta)
-            # Proportions that fit the client's data under the consensus components, so that its step
-            # sizes C_eta / w_hat match the proportions it will have.
-            weights = fit_weights(family, data, result.params._replace(theta=theta), candidates, max_iter, tol)
-            trial = run_rounds(self, family, data, MixtureParams(weights, theta, result.params.scale), max_iter, tol)
-            # Keep a client's restart only where it raised the client's own term of FedGrEM's
-            # objective (log-likelihood minus central penalty) by more than chance would: a
-            # likelihood-ratio test at 5% with one component's p degrees of freedom. On the
-            # paper's design, stuck inliers gain about 300, noise moves the term by a few units,
-            # and outliers lose (they fit their own data worse from the consensus).
-            gain = _penalized_loglik(trial) - _penalized_loglik(result)
-            keep = ~candidates | (gain > 0.5 * chi2.ppf(0.95, start.theta.shape[-1]))
-            if not keep[candidates].any():
-                break
-            passes = [result, trial]
-            if not keep.all():  # some restarts were rejected: settle the mixed state jointly
-                passes.append(run_rounds(self, family, data, trial.params.where(keep, result.params), max_iter, tol))
-            final = passes[-1]
-            result = final._replace(n_iter=sum(p.n_iter for p in passes),
-                                    history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
-                                    state={**final.state, "center_restarts": restart,
-                                           "restarted": np.flatnonzero(candidates & keep)})
-        return result
+    def center(self, diagnostics):
+        return diagnostics.center
+
+    def fitted_attributes(self, result, client_ids):
+        """``pooled_``, ``distance_to_center_``, ``pooling_threshold_``, ``outlier_scores_`` (``max_r`` distance
+        over threshold), ``suspected_outliers_`` (score above 1, most suspect first), ``center_restarts_`` and
+        ``restarted_clients_``."""
+        c = result.diagnostics
+        scores = (c.distance / c.threshold).max(axis=1)
+        suspects = np.flatnonzero(scores > 1.0)
+        return {"pooled_": c.pooled, "distance_to_center_": c.distance, "pooling_threshold_": c.threshold,
+                "outlier_scores_": scores, "suspected_outliers_": client_ids[suspects[np.argsort(-scores[suspects])]],
+                "center_restarts_": result.restarts, "restarted_clients_": client_ids[result.restarted]}
+
+    def restart(self, result, attempt):
+        """Clients with an unpooled component restart from the consensus (``center_restarts`` times at most)."""
+        fresh = ~result.diagnostics.pooled.all(axis=1)
+        if attempt > self.center_restarts or not fresh.any():
+            return None
+        theta = np.where(fresh[:, None, None], result.diagnostics.center, result.params.theta)
+        return result.params._replace(theta=theta), fresh
+
+    def keep_restart(self, before, trial):
+        """Clients whose own term of FedGrEM's objective the restart raised by more than chance would.
+
+        A likelihood-ratio test at 5% with one component's ``p`` degrees of
+        freedom. On the paper's design, stuck inliers gain about 300, noise
+        moves the term by a few units, and outliers lose (they fit their own
+        data worse from the consensus).
+        """
+        gain = _penalized_loglik(trial) - _penalized_loglik(before)
+        return gain > 0.5 * chi2.ppf(0.95, before.params.theta.shape[-1])
+
 
 def _penalized_loglik(result):
     """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr ||nu_kr - nu_bar_r||`` at the end of a run.
@@ -229,6 +269,6 @@ def _penalized_loglik(result):
     component therefore earns nothing by sitting at the centre.
     ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold.
     """
-    state = result.state
-    gap = np.maximum(state["distance"] - state["threshold"], 0.0)
-    return result.loglik - (state["sqrt_n_lambda"] * result.params.weights * gap).sum(axis=1)
+    c = result.diagnostics
+    gap = np.maximum(c.distance - c.threshold, 0.0)
+    return result.loglik - (c.sqrt_n_lambda * result.params.weights * gap).sum(axis=1)

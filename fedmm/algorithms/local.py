@@ -1,22 +1,33 @@
 """Single-task baselines: local EM and local gradient EM (FedGrEM Sec. 4.1).
 
-Nothing crosses the client/server boundary: every client runs its own
-algorithm on its own data, which is the single-task rate ``R^2 sqrt(d / n)``
-that federation has to beat (Sec. 3.3, after Cor. 3.9).
+Nothing crosses the client/server boundary but each client's own estimate,
+which the server sends straight back: every client runs its own algorithm on
+its own data, which is the single-task rate ``R^2 sqrt(d / n)`` that
+federation has to beat (Sec. 3.3, after Cor. 3.9).
 """
 
-from ._base import Algorithm, em_update, grem_update
+from ..families import MixtureParams
+from ..protocol import Broadcast
+from ._base import GradientStrategy, Strategy, em_update
 
 
-class LocalEM(Algorithm):
+def echo(messages):
+    """Every client keeps what it computed: the broadcast of a server that does nothing."""
+    return Broadcast(MixtureParams(messages.weights, messages.theta, messages.scale))
+
+
+class LocalEM(Strategy):
     """Local EM: E-step and closed-form M-step on each client (``method="local-em"``)."""
 
-    def step(self, family, stats, params, n_k):
+    def local_update(self, family, stats, state, n_k):
         return em_update(family, stats, n_k)
 
+    def server_step(self, messages, state, t):
+        return echo(messages), state
 
-class LocalGrEM(Algorithm):
+
+class LocalGrEM(GradientStrategy):
     """Local gradient EM: E-step and one gradient M-step on each client (``method="local-grem"``)."""
 
-    def step(self, family, stats, params, n_k):
-        return grem_update(family, stats, params, self.step_sizes(stats, n_k), n_k)
+    def server_step(self, messages, state, t):
+        return echo(messages), state

@@ -7,30 +7,61 @@ sample. Every client then holds the same parameters, mixing proportions
 included: the right model only when all clients are alike.
 """
 
-from ..families import pool_stats
-from ._base import Algorithm, em_update, grem_update
+from typing import NamedTuple
+
+import numpy as np
+
+from ..families import MixtureParams, pool_stats
+from ..protocol import Broadcast
+from ._base import GradientStrategy, Strategy, em_update, grem_update, step_sizes
+from .fedem import SharedComponents
 
 
-class _Pooled(Algorithm):
+class PooledState(NamedTuple):
+    """The pooled server's state: the model, the shared estimate (clients of size one, the total ``n``),
+    and the shared starting proportions (``w0``, for gradient step sizes)."""
+
+    family: object
+    params: MixtureParams
+    w0: np.ndarray
+
+
+class _Pooled(Strategy):
     per_client = False
     shared = True
     shares_components = True
+    sends_stats = True
 
-    def step(self, family, stats, params, n_k):
-        pooled = pool_stats(stats)
-        n = n_k.sum(keepdims=True)
-        return self._update(family, pooled, params.take([0]), n).broadcast(len(n_k))
+    def local_update(self, family, stats, state, n_k):
+        # The clients' part is their statistics; the parameters are the server's.
+        return state.params._replace(weights=stats.N / n_k[:, None])
+
+    def server_start(self, family, start, n_k):
+        shared = start.take([0])
+        return Broadcast(start), PooledState(family, shared, np.maximum(shared.weights, 1.0 / n_k.sum()))
+
+    def server_step(self, messages, state, t):
+        stats, n = pool_stats(messages.stats), messages.n.sum(keepdims=True)
+        params = self._update(state, stats, n)
+        return Broadcast(params.broadcast(len(messages.n))), state._replace(params=params)
+
+    def diagnostics(self, state):
+        return SharedComponents(state.params.theta[0])
+
+    def center(self, diagnostics):
+        return diagnostics.center
 
 
 class PooledEM(_Pooled):
     """EM on the pooled data (``method="pooled-em"``)."""
 
-    def _update(self, family, stats, params, n):
-        return em_update(family, stats, n)
+    def _update(self, state, stats, n):
+        return em_update(state.family, stats, n)
 
 
-class PooledGrEM(_Pooled):
+class PooledGrEM(_Pooled, GradientStrategy):
     """Gradient EM on the pooled data (``method="pooled-grem"``)."""
 
-    def _update(self, family, stats, params, n):
-        return grem_update(family, stats, params, self.step_sizes(stats, n, self.w0[:1]), n)
+    def _update(self, state, stats, n):
+        eta = step_sizes(state.w0, stats, n, self.C_eta, self.eta_rule)
+        return grem_update(state.family, stats, state.params, eta, n)

@@ -18,11 +18,15 @@ placeholder). The sources are fixed: nothing is communicated after the start.
 Mixing proportions and variances take their ordinary M-steps.
 """
 
+import numpy as np
+
 from ..families import MixtureParams
-from ._base import Algorithm
+from ..protocol import Broadcast, Prior
+from ._base import Strategy
+from .local import echo
 
 
-class TGMM(Algorithm):
+class TGMM(Strategy):
     """TGMM with all other clients as sources (``method="tgmm"``).
 
     Parameters
@@ -36,16 +40,18 @@ class TGMM(Algorithm):
     ascent = False
 
     def __init__(self, tgmm_lambda=0.4):
-        super().__init__()
         self.tgmm_lambda = tgmm_lambda
 
-    def start(self, params, n_k):
-        super().start(params, n_k)
+    def server_start(self, family, start, n_k):
+        """The sources, sent once: every client's prior is centred at the mean of the others' starts."""
         K = len(n_k)
-        others = params.theta.sum(axis=0) - params.theta
-        self.target = others / max(K - 1, 1)
-        self.strength = self.tgmm_lambda * (K - 1)
+        others = (start.theta.sum(axis=0) - start.theta) / max(K - 1, 1)
+        return Broadcast(start, Prior(others, np.full(K, self.tgmm_lambda * (K - 1)))), None
 
-    def step(self, family, stats, params, n_k):
-        theta = family.penalized_m_step(stats, self.target, self.strength)
+    def local_update(self, family, stats, state, n_k):
+        prior = state.prior
+        theta = family.penalized_m_step(stats, prior.target, prior.strength[:, None, None])
         return MixtureParams(stats.N / n_k[:, None], theta, family.update_scale(stats, theta))
+
+    def server_step(self, messages, state, t):
+        return echo(messages), state

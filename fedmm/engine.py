@@ -1,0 +1,227 @@
+"""The round engine: rounds, stopping rules, restarts and multiple starts, above every strategy.
+
+A round sends the server's :class:`~fedmm.protocol.Broadcast` to the clients,
+runs every client's ``client_step`` and hands the stacked
+:class:`~fedmm.protocol.ClientMessage` to ``server_step``
+(``docs/architecture.md``). Two modes give the same numbers:
+
+- ``"batched"``: all clients in one ``client_step`` over the contiguous data
+  array (one kernel call per round: the fast path);
+- ``"per-client"``: one ``client_step`` per client on its own rows, the
+  messages stacked for the server: what a deployment with separate parties does.
+
+The loop, the stopping rule, the divergence check and the restarts a
+strategy asks for (:meth:`~fedmm.algorithms.Strategy.restart`) live here once.
+"""
+
+import itertools
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .families import MixtureParams
+from .protocol import stack, take
+
+__all__ = ["MODES", "DivergenceError", "FitResult", "run_rounds", "run", "fit_restarts", "fit_weights"]
+
+MODES = ("batched", "per-client")
+
+
+class DivergenceError(RuntimeError):
+    """An estimation run produced non-finite parameters or log-likelihood."""
+
+
+class FitResult(NamedTuple):
+    """One fit's outcome.
+
+    Attributes
+    ----------
+    params : MixtureParams
+    n_iter : int
+        Rounds over all passes of the kept run.
+    converged : bool
+    history : dict
+        Per-round records: name -> array of length ``n_iter``.
+    loglik : ndarray of shape (K,)
+        Each client's log-likelihood at ``params``.
+    diagnostics : NamedTuple or None
+        The strategy's account of the run (:meth:`~fedmm.algorithms.Strategy.diagnostics`).
+    restarts : int
+        Restart passes whose outcome was kept (:meth:`~fedmm.algorithms.Strategy.restart`).
+    restarted : ndarray of int
+        Clients that kept a restart.
+    start : int
+        :func:`fit_restarts`: the start with the best total log-likelihood.
+    """
+
+    params: MixtureParams
+    n_iter: int
+    converged: bool
+    history: dict
+    loglik: np.ndarray
+    diagnostics: tuple | None = None
+    restarts: int = 0
+    restarted: np.ndarray = np.array([], dtype=int)
+    start: int = 0
+
+
+def _clients(fn, data, mode, *trees):
+    """``fn(data, *trees)`` for all clients at once, or client by client with the results stacked."""
+    if mode == "batched":
+        return fn(data, *trees)
+    if mode != "per-client":
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+    replies = [fn(data.client_data(k), *(take(t, k) for t in trees)) for k in range(data.n_clients)]
+    if type(replies[0]) is tuple:  # several results (a plain tuple, not a message): stack each
+        return tuple(stack(list(part)) for part in zip(*replies))
+    return stack(replies)
+
+
+def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
+    """Rounds of ``strategy`` from ``start`` until ``max_iter`` or the stopping rule.
+
+    Stops when the quantity named by ``strategy.stop_on`` changed by less
+    than ``tol`` in a round: no client's mean log-likelihood per sample
+    (scikit-learn's rule, client by client), or no weight or parameter
+    coordinate of any client.
+
+    A run of an ascent strategy that ends with a lower total log-likelihood
+    than its start draws a :class:`sklearn.exceptions.ConvergenceWarning`.
+
+    Raises
+    ------
+    DivergenceError
+        Naming the clients whose parameters or log-likelihood became
+        non-finite, or whose parameters left every plausible range (1e8 times
+        the size of the data they were fitted on).
+    """
+    n_k = data.n_samples
+    broadcast, server = strategy.server_start(family, start, n_k)
+    clients = _clients(lambda d, s: strategy.client_start(s, d.n_samples), data, mode, start)
+    params, history, previous, converged = start, [], None, False
+    bound = 1e8 * (1.0 + np.abs(data.X).max() + (0.0 if data.y is None else np.abs(data.y).max()))
+    # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(1, max_iter + 1):
+            messages, clients = _clients(lambda d, s, b: strategy.client_step(family, d, s, b), data, mode,
+                                         clients, broadcast)
+            if t == 1:
+                start_loglik = messages.loglik
+            broadcast, server = strategy.server_step(messages, server, t)
+            new = broadcast.params
+            _check_finite(new, messages.loglik, t, bound)
+            mean_ll = messages.loglik / n_k
+            change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
+            history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
+                            **strategy.round_info(server)})
+            params = new
+            if strategy.stop_on == "parameter_change":
+                done = change < tol
+            else:
+                done = previous is not None and np.max(np.abs(mean_ll - previous)) < tol
+            if done:
+                converged = True
+                break
+            previous = mean_ll
+        loglik = _clients(lambda d, p: family.estep(d, p)[0], data, mode, params)
+    _check_finite(params, loglik, t, bound)
+    if strategy.ascent:
+        _check_progress(strategy, start_loglik.sum(), loglik.sum())
+    records = {key: np.array([h[key] for h in history]) for key in history[0]}
+    return FitResult(params, t, converged, records, loglik, strategy.diagnostics(server))
+
+
+def run(strategy, family, data, start, max_iter, tol, mode="batched"):
+    """Rounds from ``start``, then the further passes the strategy asks for.
+
+    After each pass the engine asks :meth:`~fedmm.algorithms.Strategy.restart`
+    for a new start and the clients to refit their proportions to it
+    (:func:`fit_weights`); runs it; keeps it for the clients
+    :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
+    refuse, settles the mixed state with one more pass.
+    """
+    result = run_rounds(strategy, family, data, start, max_iter, tol, mode)
+    for attempt in itertools.count(1):
+        proposal = strategy.restart(result, attempt)
+        if proposal is None:
+            break
+        restart, fresh = proposal
+        restart = restart._replace(weights=fit_weights(family, data, restart, fresh, max_iter, tol))
+        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode)
+        keep = ~fresh | strategy.keep_restart(result, trial)
+        if not keep[fresh].any():
+            break
+        passes = [result, trial]
+        if not keep.all():
+            passes.append(run_rounds(strategy, family, data, trial.params.where(keep, result.params), max_iter, tol,
+                                     mode))
+        final = passes[-1]
+        result = final._replace(n_iter=sum(p.n_iter for p in passes),
+                                history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
+                                restarts=attempt, restarted=np.flatnonzero(fresh & keep))
+    return result
+
+
+def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched"):
+    """Run from every start and keep the best log-likelihood.
+
+    Per-client strategies fit independent problems, so each client keeps its
+    own best start; the others keep the start with the best total.
+    ``n_iter`` and ``converged`` describe the runs that were kept; the rest
+    is the run with the best total.
+    """
+    runs = [run(strategy, family, data, start, max_iter, tol, mode) for start in starts]
+    loglik = np.stack([r.loglik for r in runs])                     # (n_starts, K)
+    best_total = int(np.argmax(loglik.sum(axis=1)))
+    K = data.n_clients
+    choice = np.argmax(loglik, axis=0) if strategy.per_client else np.full(K, best_total)
+    clients = np.arange(K)
+    params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
+    kept = [runs[i] for i in np.unique(choice)]
+    return runs[best_total]._replace(params=params, n_iter=max(r.n_iter for r in kept),
+                                     converged=all(r.converged for r in kept), loglik=loglik[choice, clients],
+                                     start=best_total)
+
+
+def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
+    """EM on the mixing proportions only, the components fixed (FedEM Sec. 2.2 / 3.2).
+
+    Client-side only: updates ``w = N / n_k`` for the clients in ``clients``
+    (a boolean mask; all by default) until no client's mean log-likelihood per
+    sample changes by ``tol``. Used to personalize a new client, and to give a
+    client restarted from the consensus proportions that fit its data.
+    """
+    n_k = data.n_samples
+    clients = np.ones(data.n_clients, dtype=bool) if clients is None else clients
+    previous = None
+    for _ in range(max_iter):
+        loglik, stats = family.estep(data, params)
+        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
+        mean_ll = loglik / n_k
+        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
+            break
+        previous = mean_ll
+    return params.weights
+
+
+def _check_progress(strategy, before, after):
+    """Warn when a run ends with a lower log-likelihood than it started with (beyond round-off)."""
+    if after < before - 1e-6 * (1.0 + abs(before)):
+        warnings.warn(f"{type(strategy).__name__} ended with a lower objective, the log-likelihood ({after:.6g}), than "
+                      f"its start ({before:.6g}): its steps did not climb. For gradient methods lower C_eta (a step "
+                      "contracts for C_eta < 2); otherwise check the data for clients far from the others.",
+                      ConvergenceWarning, stacklevel=4)
+
+
+def _check_finite(params, loglik, t, bound):
+    bad = ~(params.is_finite() & np.isfinite(loglik))
+    huge = np.abs(params.theta).reshape(len(loglik), -1).max(axis=1) > bound
+    if (bad | huge).any():
+        what = "non-finite parameters or log-likelihood" if bad.any() else "parameters beyond 1e8 times the data"
+        raise DivergenceError(
+            f"The run diverged in round {t}: client(s) {np.flatnonzero(bad | huge)[:10].tolist()} have {what}. "
+            "Gradient methods: lower C_eta (steps contract for C_eta < 2; the paper's range is 0.55 to 1.35), "
+            "and for regressions keep precondition=True. Otherwise look for clients whose data are far from "
+            "the others' or nearly collinear.")

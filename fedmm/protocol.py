@@ -1,0 +1,121 @@
+"""What crosses the client/server boundary: typed messages of arrays (``docs/architecture.md``).
+
+Every strategy (:mod:`fedmm.algorithms`) is two pure functions over these types:
+
+- ``client_step(family, data, state, broadcast) -> (ClientMessage, ClientState)``
+  sees one client's raw data (or, batched, several clients' data side by side,
+  each computed on alone) and returns parameters, sizes and, where the method
+  is defined by them, sufficient statistics;
+- ``server_step(messages, server_state, t) -> (Broadcast, server_state)``
+  sees the clients' messages stacked along a leading client axis, never data.
+
+Every array has a leading axis over clients (of length 1 for a single client),
+so one client's message is ``take(messages, k)`` and a round's messages are
+``stack`` of the clients'. No field grows with a client's sample size ``n_k``.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .families import MixtureParams
+
+__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "take", "stack"]
+
+
+class ClientMessage(NamedTuple):
+    """A client's reply after its E-step and local update (FedGrEM Algorithm 1, client side).
+
+    Attributes
+    ----------
+    n : ndarray of shape (K,)
+        Sample size ``n_k``.
+    loglik : ndarray of shape (K,)
+        Log-likelihood of the client's data at the parameters it was sent.
+    weights : ndarray of shape (K, R)
+        ``w_hat_r = N_r / n_k``, the M-step of the mixing proportions.
+    theta : ndarray of shape (K, R, p)
+        The locally updated component parameters: the M-step (EM methods) or
+        one gradient step (gradient methods).
+    scale : ndarray of shape (K, R, s)
+        The variances that maximize ``Q-hat`` at ``theta`` (fixed ones as given).
+    stats : NamedTuple of arrays or None
+        The family's responsibility-weighted sums (:class:`fedmm.families.gaussian.GaussianStats`,
+        :class:`fedmm.families.regression.RegressionStats`), fields of shape
+        (K, R, ...): sent only by strategies whose server step is defined by
+        them (pooled methods; FedGrEM's pooled variances). None otherwise.
+    """
+
+    n: np.ndarray
+    loglik: np.ndarray
+    weights: np.ndarray
+    theta: np.ndarray
+    scale: np.ndarray
+    stats: tuple | None = None
+
+
+class Prior(NamedTuple):
+    """A Gaussian prior on every client's components: ``strength N_r / (2 sigma_r^2) ||theta_r - target_r||^2``.
+
+    Attributes
+    ----------
+    target : ndarray of shape (K, R, p)
+    strength : ndarray of shape (K,)
+    """
+
+    target: np.ndarray
+    strength: np.ndarray
+
+
+class Broadcast(NamedTuple):
+    """The server's reply: row ``k`` of every field goes to client ``k``.
+
+    Attributes
+    ----------
+    params : MixtureParams
+        The parameters each client holds for the next round (weights (K, R),
+        theta (K, R, p), scale (K, R, s)).
+    prior : Prior or None
+        TGMM's pull towards the other clients' starts, sent once with the
+        start; None otherwise (a client keeps the last prior it was sent).
+    """
+
+    params: MixtureParams
+    prior: Prior | None = None
+
+
+class ClientState(NamedTuple):
+    """What a client keeps between rounds.
+
+    Attributes
+    ----------
+    params : MixtureParams
+        The parameters it last received.
+    w0 : ndarray of shape (K, R)
+        Its starting proportions, floored at ``1 / n_k``: the gradient step
+        sizes ``C_eta / w0`` (FedGrEM App. B.1).
+    prior : Prior or None
+    """
+
+    params: MixtureParams
+    w0: np.ndarray
+    prior: Prior | None = None
+
+
+def take(tree, k):
+    """Client ``k``'s part (leading axis kept, of length 1) of a message, broadcast or state."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple):
+        return type(tree)(*(take(field, k) for field in tree))
+    return tree[k:k + 1]
+
+
+def stack(trees):
+    """The clients' messages, broadcasts or states joined along the leading client axis."""
+    first = trees[0]
+    if first is None:
+        return None
+    if isinstance(first, tuple):
+        return type(first)(*(stack([t[i] for t in trees]) for i in range(len(first))))
+    return np.concatenate(trees)

@@ -1,0 +1,168 @@
+"""The client/server protocol and the round engine (issue 11).
+
+- batched and per-client rounds give the same estimates, for every method and both families;
+- the server sees only the declared message fields, whose sizes do not depend on the clients' sample sizes;
+- every bad constructor argument is refused, naming it, before any data are read.
+"""
+
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.algorithms import METHODS, make_strategy
+from fedmm.data import FederatedData
+from fedmm.engine import run
+from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
+from fedmm.protocol import ClientMessage
+from fedmm.simulate import make_federated_gmm, make_federated_mor
+
+CENTERS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+
+
+def _problem(model, sizes, seed=0):
+    """Data with well-separated truth and a start near it (shared where the method pools one estimate)."""
+    rng = np.random.RandomState(seed)
+    if model == "gmm":
+        X, truth = make_federated_gmm(len(sizes), sizes, centers=CENTERS, h=0.5, random_state=seed)
+        data, family = FederatedData.from_input(X), GaussianFamily("diag")
+    else:
+        X, y, truth = make_federated_mor(len(sizes), sizes, centers=CENTERS, h=0.5, random_state=seed)
+        data, family = FederatedData.from_input(X, y), RegressionFamily(noise_variance="component")
+    K, R, p = truth.theta.shape
+    start = MixtureParams(np.full((K, R), 1.0 / R), truth.theta + 0.3 * rng.randn(K, R, p), np.ones((K, R, 1)))
+    return family, data, start
+
+
+@pytest.mark.parametrize("model", ["gmm", "mor"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_batched_and_per_client_rounds_agree(model, method):
+    family, data, start = _problem(model, [60, 90, 40, 75])
+    if METHODS[method].shared:
+        start = start.broadcast(data.n_clients)
+    a = run(make_strategy(method), family, data, start, 40, 0.0, mode="batched")
+    b = run(make_strategy(method), family, data, start, 40, 0.0, mode="per-client")
+    for x, y in zip(a.params, b.params):
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-10)
+    assert a.n_iter == b.n_iter
+
+
+def test_fedgrem_restarts_run_in_the_engine_in_both_modes():
+    """A poor start leaves client 2 in a local optimum; the engine's restart from the consensus rescues it,
+    and both modes take the same passes."""
+    X, truth = make_federated_gmm(5, 80, centers=CENTERS, outlier_clients=[4], random_state=3)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    K, R, p = truth.theta.shape
+    start = MixtureParams(np.full((K, R), 1.0 / R), truth.theta + 1.5 * np.random.RandomState(3).randn(K, R, p),
+                          np.ones((K, R, 1)))
+    a, b = (run(make_strategy("fedgrem"), family, data, start, 200, 1e-8, mode=m) for m in ("batched", "per-client"))
+    assert a.restarts == b.restarts == 1 and a.restarted.tolist() == b.restarted.tolist() == [2]
+    assert a.n_iter == b.n_iter
+    np.testing.assert_allclose(a.params.theta, b.params.theta, rtol=1e-10, atol=1e-10)
+
+
+def _shapes(value):
+    """The shape of an array, of every field of a NamedTuple of arrays, or None."""
+    if value is None:
+        return None
+    return tuple(_shapes(v) for v in value) if isinstance(value, tuple) else np.shape(value)
+
+
+@pytest.mark.parametrize("model", ["gmm", "mor"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, method, monkeypatch):
+    cls = METHODS[method]
+    seen = []
+    original = cls.server_step
+
+    def watched(self, messages, state, t):
+        assert type(messages) is ClientMessage
+        seen.append({field: _shapes(value) for field, value in messages._asdict().items()})
+        return original(self, messages, state, t)
+
+    monkeypatch.setattr(cls, "server_step", watched)
+    shapes = []
+    for sizes in ([40, 50, 60], [400, 500, 600]):
+        family, data, start = _problem(model, sizes)
+        if cls.shared:
+            start = start.broadcast(data.n_clients)
+        seen.clear()
+        run(make_strategy(method), family, data, start, 3, 0.0, mode="per-client")
+        assert seen, "the server was never called"
+        shapes.append(seen[0])
+    assert shapes[0] == shapes[1]  # ten times the samples, the same message
+    for field, shape in shapes[0].items():
+        for leaf in [] if shape is None else shape if field == "stats" else [shape]:
+            assert leaf is None or leaf[0] == 3, field  # one row per client, nothing per sample
+    assert (shapes[0]["stats"] is not None) == cls.sends_stats
+
+
+BAD_OPTIONS = [
+    ("n_components", 0), ("n_components", 2.0), ("method", "fedavg"), ("n_init", 0), ("max_iter", 1.5),
+    ("tol", -1.0), ("tol", np.nan), ("tol", np.inf), ("init", "kmeans"), ("alignment", "best"), ("C_eta", 0.0),
+    ("C_eta", 2.0), ("C_eta", np.nan), ("eta_rule", "fixed"), ("penalty", "bogus"), ("penalty", -1.0),
+    ("penalty", np.nan), ("penalty_params", [1, 2]), ("center_restarts", -1), ("pooling_sizes", "sample"),
+    ("pool_variances", "yes"), ("tgmm_lambda", -0.4), ("tgmm_lambda", np.inf), ("backend", "jax"),
+    ("random_state", "seed"), ("random_state", -1),
+]
+
+
+def _options(name, value):
+    """Three components with a method that takes the option, and the bad value."""
+    return {"n_components": 3, "method": "tgmm" if name == "tgmm_lambda" else "fedgrem", name: value}
+
+
+def _refuse_data(monkeypatch):
+    def no_work(*args, **kwargs):
+        raise AssertionError("data were read before the options were checked")
+    monkeypatch.setattr(FederatedData, "from_input", no_work)
+
+
+@pytest.mark.parametrize("name, value", BAD_OPTIONS + [("covariance_type", "full"), ("reg_covar", -1e-6),
+                                                       ("means_init", "centres")])
+def test_each_bad_option_of_the_gaussian_mixture_is_refused_first(name, value, monkeypatch):
+    _refuse_data(monkeypatch)
+    with pytest.raises(ValueError, match=name):
+        FederatedGaussianMixture(**_options(name, value)).fit([[0.0]])
+
+
+@pytest.mark.parametrize("name, value", BAD_OPTIONS + [("fit_intercept", 1), ("noise_variance", "per-client"),
+                                                       ("noise_variance", 0.0), ("precondition", None),
+                                                       ("coef_init", 3.0)])
+def test_each_bad_option_of_the_mixture_regression_is_refused_first(name, value, monkeypatch):
+    _refuse_data(monkeypatch)
+    with pytest.raises(ValueError, match=name):
+        FederatedMixtureRegression(**_options(name, value)).fit([[0.0]], [[0.0]])
+
+
+@pytest.mark.parametrize("method, name, value", [
+    ("fedem", "penalty", "theory"), ("fedem", "penalty", "auto"), ("tgmm", "C_eta", 1.5), ("local-em", "eta_rule", "initial"),
+    ("pooled-em", "center_restarts", 3), ("fedgrem", "tgmm_lambda", 0.2), ("local-grem", "pooling_sizes", "component"),
+    ("fedem", "pool_variances", False), ("pooled-grem", "penalty_params", {"C": 1.0}),
+])
+def test_an_option_the_method_does_not_use_is_an_error(method, name, value, monkeypatch):
+    _refuse_data(monkeypatch)
+    with pytest.raises(ValueError, match=f"{name}.*method='{method}'"):
+        FederatedGaussianMixture(3, method=method, **{name: value}).fit([[0.0]])
+
+
+def test_precondition_belongs_to_gradient_methods(monkeypatch):
+    _refuse_data(monkeypatch)
+    with pytest.raises(ValueError, match="precondition.*method='local-em'"):
+        FederatedMixtureRegression(3, method="local-em", precondition=False).fit([[0.0]], [[0.0]])
+
+
+def test_defaults_of_unused_options_are_fine():
+    X, y, _ = make_federated_mor(2, 60, centers=CENTERS, random_state=0)
+    FederatedMixtureRegression(3, method="fedem", C_eta=1.0, penalty="paper", precondition=True,
+                               max_iter=5).fit(X, y)
+
+
+def test_options_for_keeps_what_each_method_uses():
+    options = dict(C_eta=0.9, tgmm_lambda=0.2, max_iter=5, precondition=False, penalty="theory")
+    assert FederatedMixtureRegression.options_for("fedem", options) == {"max_iter": 5}
+    assert FederatedMixtureRegression.options_for("local-grem", options) == dict(C_eta=0.9, max_iter=5,
+                                                                                 precondition=False)
+    assert FederatedMixtureRegression.options_for("fedgrem", options) == dict(C_eta=0.9, max_iter=5,
+                                                                              precondition=False, penalty="theory")
+    assert FederatedGaussianMixture.options_for("tgmm", options)["tgmm_lambda"] == 0.2
