@@ -84,7 +84,8 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         Replications per setting; replication ``i`` uses seed ``random_state + i``
         for the data and the fit, so every method sees the same data.
     fit_options : dict, optional
-        Extra estimator arguments for every method (``n_init``, ``max_iter``, ...).
+        Extra estimator arguments (``n_init``, ``max_iter``, ``C_eta``, ...); each method gets those
+        it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`).
     n_jobs : int
         Parallel workers (joblib; -1: all cores).
     progress : bool
