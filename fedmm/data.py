@@ -8,6 +8,7 @@ rows ``offsets[k]:offsets[k + 1]``), which is what the batched kernels want.
 
 import warnings
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 
@@ -32,6 +33,8 @@ class FederatedData:
     order : ndarray of shape (n,) or None
         For ``groups`` input, ``X[i]`` is row ``order[i]`` of the caller's array;
         ``None`` for list input.
+    feature_names : ndarray of str or None
+        Column names when ``X`` came as pandas DataFrames with string column names.
     """
 
     X: np.ndarray
@@ -39,6 +42,7 @@ class FederatedData:
     offsets: np.ndarray
     client_ids: np.ndarray
     order: np.ndarray | None = None
+    feature_names: np.ndarray | None = None
 
     @property
     def n_clients(self):
@@ -87,10 +91,10 @@ class FederatedData:
 
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""
-        return FederatedData(X, self.y, self.offsets, self.client_ids, self.order)
+        return FederatedData(X, self.y, self.offsets, self.client_ids, self.order, self.feature_names)
 
     @classmethod
-    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None):
+    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None, client_ids=None):
         """Validate client data and pack it.
 
         Parameters
@@ -100,21 +104,29 @@ class FederatedData:
         y : list of array-like of shape (n_k,), or array-like of shape (n,), optional
             Responses, matched to ``X`` client by client.
         groups : array-like of shape (n,), optional
-            Client id of every row of ``X`` when ``X`` is a single array.
+            Client id of every row of ``X`` when ``X`` is a single array: all
+            numbers or all strings.
         require_y : bool
             Raise if ``y`` is missing (mixtures of regressions).
         n_features : int, optional
             Expected ``d`` (when predicting with a fitted model).
+        client_ids : array-like, optional
+            Names of the clients of list input in messages and ``client_ids``
+            (default ``0..K-1``).
 
         Raises
         ------
-        ValueError
-            Naming the client and the problem: empty client, wrong
-            dimension, NaN or infinity, ``X``/``y`` length mismatch.
+        ValueError, TypeError
+            Naming the client (by the caller's id) and the row of the
+            caller's array: empty client, wrong dimension, ragged rows,
+            non-real values, NaN or infinity, ``X``/``y`` length mismatch,
+            sparse or one-pass (generator) input, mixed-type group ids.
         """
         if require_y and y is None:
             raise ValueError("y is required: a mixture of regressions needs one response per sample.")
-        order = None
+        _check_container(X, "X")
+        names = _feature_names(X)
+        order = rows = None
         if isinstance(X, (list, tuple)):
             if groups is not None:
                 raise ValueError("Pass either a list of client arrays or one array with groups=, not both.")
@@ -125,36 +137,39 @@ class FederatedData:
                                  f"(got {len(X)} clients in X).")
             Xs = list(X)
             ys = None if y is None else list(y)
-            client_ids = np.arange(len(Xs))
+            client_ids = np.arange(len(Xs)) if client_ids is None else np.asarray(client_ids)
         else:
             if groups is None:
                 raise ValueError("A single array X needs groups= (the client id of each row); "
                                  "or pass a list with one array per client.")
-            X_arr = np.asarray(X)
-            groups = np.asarray(groups)
-            if groups.ndim != 1 or len(groups) != len(X_arr):
+            _check_container(groups, "groups")
+            X_arr = _as_array(X, "X")
+            groups = _check_groups(groups)
+            if groups.ndim != 1 or X_arr.ndim == 0 or len(groups) != len(X_arr):
                 raise ValueError(f"groups must be 1-D with one client id per row of X "
-                                 f"(got shape {groups.shape} for {len(X_arr)} rows).")
+                                 f"(got shape {groups.shape} for X of shape {X_arr.shape}).")
             client_ids, inverse = np.unique(groups, return_inverse=True)
             order = np.argsort(inverse, kind="stable")
             cuts = np.cumsum(np.bincount(inverse, minlength=len(client_ids)))[:-1]
-            if y is not None and len(y) != len(X_arr):
-                raise ValueError(f"y has {len(y)} entries but X has {len(X_arr)} rows.")
-            Xs = np.split(X_arr[order], cuts)
-            ys = None if y is None else np.split(np.asarray(y)[order], cuts)
+            rows = np.split(order, cuts)
+            if y is not None:
+                _check_container(y, "y")
+                y = _as_array(y, "y")
+                if y.ndim == 0 or len(y) != len(X_arr):
+                    raise ValueError(f"y must have one entry per row of X ({len(X_arr)} rows); got shape {y.shape}.")
+            Xs = [X_arr[r] for r in rows]
+            ys = None if y is None else [y[r] for r in rows]
 
-        Xs = [_check_client_X(Xk, k, client_ids[k]) for k, Xk in enumerate(Xs)]
-        d = Xs[0].shape[1] if n_features is None else n_features
-        for k, Xk in enumerate(Xs):
-            if Xk.shape[1] != d:
-                raise ValueError(f"{_name(k, client_ids[k])} has {Xk.shape[1]} features, expected {d} "
-                                 f"(the {'fitted model' if n_features is not None else 'first client'}'s).")
+        Xs = [_check_client_X(Xk, _name(k, client_ids[k]), None if rows is None else rows[k])
+              for k, Xk in enumerate(Xs)]
+        _check_dimensions(Xs, client_ids, n_features)
         if ys is not None:
-            ys = [_check_client_y(yk, Xk.shape[0], k, client_ids[k]) for k, (Xk, yk) in enumerate(zip(Xs, ys))]
+            ys = [_check_client_y(yk, Xk.shape[0], _name(k, client_ids[k]), None if rows is None else rows[k])
+                  for k, (Xk, yk) in enumerate(zip(Xs, ys))]
         offsets = np.concatenate([[0], np.cumsum([len(Xk) for Xk in Xs])]).astype(np.intp)
         X_all = np.ascontiguousarray(np.concatenate(Xs), dtype=np.float64)
         y_all = None if ys is None else np.ascontiguousarray(np.concatenate(ys), dtype=np.float64)
-        return cls(X_all, y_all, offsets, np.asarray(client_ids), order)
+        return cls(X_all, y_all, offsets, np.asarray(client_ids), order, names)
 
     def check_components(self, n_components, *, per_client):
         """Check there are enough samples for ``n_components`` components.
@@ -183,35 +198,111 @@ class FederatedData:
 
 def _name(k, client_id):
     client_id = getattr(client_id, "item", lambda: client_id)()  # numpy scalar -> plain Python value
-    return f"client {k}" if client_id == k else f"client {k} (groups value {client_id!r})"
+    return f"client {k}" if client_id == k else f"client {client_id!r}"
 
 
-def _check_client_X(Xk, k, client_id):
-    Xk = np.asarray(Xk)
+def _check_container(value, what):
+    """Refuse what cannot be read as dense arrays: sparse matrices and one-pass iterators."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if any(hasattr(v, "tocsr") or type(v).__module__.startswith("scipy.sparse") for v in items):
+        raise TypeError(f"{what} is a sparse matrix; fedmm needs dense arrays (convert with .toarray()).")
+    if not isinstance(value, (list, tuple)) and not hasattr(value, "__len__") and hasattr(value, "__iter__"):
+        raise TypeError(f"{what} is a {type(value).__name__}, which can be read only once; pass a list "
+                        f"(e.g. list({what})) or an array.")
+
+
+def _as_array(value, what, rows=None):
+    """``np.asarray(value)`` with ragged input reported as such."""
+    try:
+        return np.asarray(value)
+    except ValueError as err:
+        if "inhomogeneous" not in str(err) and "sequence" not in str(err):
+            raise
+        raise ValueError(f"{what} is ragged (rows of different lengths); every row needs the same "
+                         "number of features.") from None
+
+
+def _feature_names(X):
+    """String column names of DataFrame input (all clients alike), else None."""
+    frames = X if isinstance(X, (list, tuple)) else [X]
+    columns = [getattr(f, "columns", None) for f in frames]
+    if any(c is None for c in columns) or not all(isinstance(name, str) for c in columns for name in c):
+        return None
+    names = [list(c) for c in columns]
+    if any(n != names[0] for n in names[1:]):
+        differ = next(k for k, n in enumerate(names) if n != names[0])
+        raise ValueError(f"The clients' DataFrames have different columns: client 0 has {names[0]}, "
+                         f"client {differ} has {names[differ]}; give every client the same columns in the same order.")
+    return np.asarray(names[0], dtype=object)
+
+
+def _check_groups(groups):
+    groups = np.asarray(groups)
+    if groups.dtype == object:
+        kinds = {"None" if g is None else "str" if isinstance(g, str) else
+                 "number" if isinstance(g, (int, np.integer, float, np.floating)) and not isinstance(g, bool)
+                 else type(g).__name__ for g in groups.ravel()}
+        if kinds - {"str", "number"} or len(kinds) > 1:
+            raise ValueError(f"groups must be client ids of one kind, all numbers or all strings; got {sorted(kinds)}.")
+        groups = groups.astype(str if kinds == {"str"} else float)
+    if not (np.issubdtype(groups.dtype, np.number) or groups.dtype.kind in "US") or groups.dtype.kind == "c":
+        raise ValueError(f"groups must be client ids (numbers or strings); got dtype {groups.dtype}.")
+    if groups.dtype.kind == "f" and not np.all(np.isfinite(groups)):
+        raise ValueError("groups contains NaN or infinity; every row needs a client id.")
+    return groups
+
+
+def _check_dimensions(Xs, client_ids, n_features):
+    """Every client has ``n_features`` features (or, when fitting, the number most clients have)."""
+    d = np.array([Xk.shape[1] for Xk in Xs])
+    expected = n_features if n_features is not None else np.bincount(d).argmax()
+    wrong = np.flatnonzero(d != expected)
+    if wrong.size:
+        names = ", ".join(f"{_name(k, client_ids[k])} has {d[k]}" for k in wrong[:5])
+        whose = "the fitted model's" if n_features is not None else "most clients'"
+        raise ValueError(f"Clients must have the same number of features, {expected} ({whose}): {names}.")
+
+
+def _where(bad, rows):
+    """The first bad entry, as a row of the caller's array (``groups`` input) or of the client's."""
+    return f"row {bad[0]} of the client's array" if rows is None else f"row {rows[bad[0]]} of X"
+
+
+def _real(values, name, what):
+    """``values`` as real numbers: numeric dtypes as they are, objects that all are real numbers converted."""
+    if values.dtype == object and all(isinstance(v, Real) and not isinstance(v, (bool, np.bool_))
+                                      for v in values.ravel()):
+        values = values.astype(float)
+    if values.dtype.kind not in "iuf":
+        hint = " (booleans and complex numbers are not)" if values.dtype.kind in "bc" else ""
+        raise ValueError(f"{name}: {what} must be real numbers{hint}; got dtype {values.dtype}.")
+    return values
+
+
+def _check_client_X(Xk, name, rows):
+    Xk = _as_array(Xk, f"{name}: X")
     if Xk.ndim != 2:
         hint = " Reshape with X_k.reshape(-1, 1) for one feature." if Xk.ndim == 1 else ""
-        raise ValueError(f"{_name(k, client_id)}: X must be 2-D (n_samples, n_features), "
-                         f"got shape {Xk.shape}.{hint}")
+        raise ValueError(f"{name}: X must be 2-D (n_samples, n_features), got shape {Xk.shape}.{hint}")
     if Xk.shape[0] == 0:
-        raise ValueError(f"{_name(k, client_id)} has no samples; drop it or give it data.")
-    if not np.issubdtype(Xk.dtype, np.number) or np.issubdtype(Xk.dtype, np.complexfloating):
-        raise ValueError(f"{_name(k, client_id)}: X must be real numbers, got dtype {Xk.dtype}.")
+        raise ValueError(f"{name} has no samples; drop it or give it data.")
+    Xk = _real(Xk, name, "X")
     if not np.all(np.isfinite(Xk)):
         bad = np.flatnonzero(~np.all(np.isfinite(Xk), axis=1))
-        raise ValueError(f"{_name(k, client_id)}: X contains NaN or infinity in {bad.size} row(s) "
-                         f"(first: row {bad[0]}); remove or impute them.")
+        raise ValueError(f"{name}: X contains NaN or infinity in {bad.size} row(s) (first: {_where(bad, rows)}); "
+                         "remove or impute them.")
     return Xk
 
 
-def _check_client_y(yk, n_k, k, client_id):
-    yk = np.asarray(yk)
+def _check_client_y(yk, n_k, name, rows):
+    yk = _as_array(yk, f"{name}: y")
     if yk.ndim == 2 and yk.shape[1] == 1:
         yk = yk[:, 0]
     if yk.ndim != 1 or yk.shape[0] != n_k:
-        raise ValueError(f"{_name(k, client_id)}: y must be 1-D with one entry per row of X "
-                         f"(got shape {yk.shape} for {n_k} rows).")
+        raise ValueError(f"{name}: y must be 1-D with one entry per row of X (got shape {yk.shape} for {n_k} rows).")
+    yk = _real(yk, name, "y")
     if not np.all(np.isfinite(yk)):
         bad = np.flatnonzero(~np.isfinite(yk))
-        raise ValueError(f"{_name(k, client_id)}: y contains NaN or infinity at {bad.size} position(s) "
-                         f"(first: {bad[0]}); remove or impute them.")
+        raise ValueError(f"{name}: y contains NaN or infinity at {bad.size} position(s) (first: {_where(bad, rows)}); "
+                         "remove or impute them.")
     return yk

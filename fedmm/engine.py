@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from .algorithms import GradientStrategy
 from .families import MixtureParams
 from .protocol import stack, take
 
@@ -111,7 +112,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
                 start_loglik = messages.loglik
             broadcast, server = strategy.server_step(messages, server, t)
             new = broadcast.params
-            _check_finite(new, messages.loglik, t, bound)
+            _check_finite(strategy, new, messages.loglik, t, bound)
             mean_ll = messages.loglik / n_k
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
             history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
@@ -126,7 +127,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
                 break
             previous = mean_ll
         loglik = _clients(lambda d, p: family.estep(d, p)[0], data, mode, params)
-    _check_finite(params, loglik, t, bound)
+    _check_finite(strategy, params, loglik, t, bound)
     if strategy.ascent:
         _check_progress(strategy, start_loglik.sum(), loglik.sum())
     records = {key: np.array([h[key] for h in history]) for key in history[0]}
@@ -215,13 +216,21 @@ def _check_progress(strategy, before, after):
                       ConvergenceWarning, stacklevel=4)
 
 
-def _check_finite(params, loglik, t, bound):
+def _check_finite(strategy, params, loglik, t, bound):
     bad = ~(params.is_finite() & np.isfinite(loglik))
     huge = np.abs(params.theta).reshape(len(loglik), -1).max(axis=1) > bound
     if (bad | huge).any():
         what = "non-finite parameters or log-likelihood" if bad.any() else "parameters beyond 1e8 times the data"
-        raise DivergenceError(
-            f"The run diverged in round {t}: client(s) {np.flatnonzero(bad | huge)[:10].tolist()} have {what}. "
-            "Gradient methods: lower C_eta (steps contract for C_eta < 2; the paper's range is 0.55 to 1.35), "
-            "and for regressions keep precondition=True. Otherwise look for clients whose data are far from "
-            "the others' or nearly collinear.")
+        raise DivergenceError(f"The run diverged in round {t}: client(s) {np.flatnonzero(bad | huge)[:10].tolist()} "
+                              f"have {what}. {_advice(strategy)}")
+
+
+def _advice(strategy):
+    """What to change, for the kind of strategy that diverged."""
+    data = ("Look for clients with repeated or nearly identical points, or nearly collinear features (a "
+            "component collapses onto them: keep reg_covar > 0, or use fewer components), and for clients "
+            "whose data are far from the others'.")
+    if isinstance(strategy, GradientStrategy):
+        return ("Gradient steps: lower C_eta (steps contract for C_eta < 2; the paper's range is 0.55 to 1.35), "
+                "and for regressions keep precondition=True. " + data)
+    return data

@@ -8,6 +8,7 @@ layout and the internal one; the estimation itself is the chosen
 import warnings
 from abc import ABC, abstractmethod
 import inspect
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -77,14 +78,29 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _make_family(self, backend):
         """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
 
-    def _user_start(self, family, units):
-        """``(weights, theta)`` from the user's initial values (in standard units), or None."""
-        theta = getattr(self, self._theta_init)
+    def _user_start(self, family, units, K, d):
+        """``(weights, theta)`` from the user's initial values (in standard units), or None.
+
+        Shapes are checked against ``n_components``, the ``K`` clients and ``d`` features first: a start
+        with another number of components would fit that many and leave ``n_components`` (and BIC) wrong.
+        """
+        name, theta = self._theta_init, getattr(self, self._theta_init)
         if theta is None:
             if self.weights_init is not None:
-                raise ValueError(f"weights_init needs {self._theta_init}: a start fixes both.")
+                raise ValueError(f"weights_init needs {name}: a start fixes both.")
             return None
-        return self.weights_init, family.to_internal(family.design_theta(np.asarray(theta, dtype=float)), units)
+        R = self.n_components
+        theta = _real_array(theta, name)
+        if theta.shape not in ((R, d), (K, R, d)):
+            raise ValueError(f"{name} must have shape (n_components, n_features) = ({R}, {d}) or (n_clients, "
+                             f"n_components, n_features) = ({K}, {R}, {d}); got {theta.shape}.")
+        weights = self.weights_init
+        if weights is not None:
+            weights = _real_array(weights, "weights_init")
+            if weights.shape not in ((R,), (K, R)):
+                raise ValueError(f"weights_init must have shape (n_components,) = ({R},) or (n_clients, "
+                                 f"n_components) = ({K}, {R}); got {weights.shape}.")
+        return weights, family.to_internal(family.design_theta(theta), units)
 
     @abstractmethod
     def _publish(self, params):
@@ -137,12 +153,16 @@ class _FederatedMixture(BaseEstimator, ABC):
         strategy = make_strategy(self.method, **options)
         data.check_components(self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = data.n_features
+        if data.feature_names is not None:
+            self.feature_names_in_ = data.feature_names
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
         units = family.units(pooled_moments(data))
         data = units.transform(data)
         data = data.with_X(family.design(data.X))
         rng = check_random_state(self.random_state)
-        user = self._user_start(family, units)
+        user = self._user_start(family, units, data.n_clients, self.n_features_in_)
         self.penalty_selection_ = None
         if auto:
             train_starts = []
@@ -236,15 +256,15 @@ class _FederatedMixture(BaseEstimator, ABC):
         if client is not None:
             if isinstance(X, (list, tuple)):
                 raise ValueError("client= goes with one array X, not a list of client arrays.")
-            data = FederatedData.from_input([X], None if y is None else [y], n_features=d,
-                                            require_y=require_y)
-            index = self._client_index([client])
+            index = self._client_index([self._check_client_id(client)])
+            data = FederatedData.from_input([X], None if y is None else [y], n_features=d, require_y=require_y,
+                                            client_ids=self.client_ids_[index])
             unpack = lambda values: values  # noqa: E731
         elif isinstance(X, (list, tuple)):
             if len(X) != self.n_clients_:
                 raise ValueError(f"Got {len(X)} client arrays but the model was fitted on {self.n_clients_} "
                                  "clients; pass all of them in order, or one array with client=.")
-            data = FederatedData.from_input(X, y, n_features=d, require_y=require_y)
+            data = FederatedData.from_input(X, y, n_features=d, require_y=require_y, client_ids=self.client_ids_)
             index = np.arange(self.n_clients_)
             unpack = data.split
         elif groups is None:
@@ -254,7 +274,28 @@ class _FederatedMixture(BaseEstimator, ABC):
             data = FederatedData.from_input(X, y, groups, n_features=d, require_y=require_y)
             index = self._client_index(data.client_ids)
             unpack = data.to_caller_order
+        self._check_feature_names(data.feature_names)
         return data.with_X(self._family.design(data.X)), self.params_.take(index), unpack
+
+    def _check_client_id(self, client):
+        """One client id of the kind the fitted ids are (``True`` is not client 1, nor is ``1.0``)."""
+        numeric = np.issubdtype(self.client_ids_.dtype, np.number)
+        if isinstance(client, (bool, np.bool_)) or np.ndim(client) != 0 or \
+                (numeric and not isinstance(client, (Integral, np.integer)) and
+                 not (np.issubdtype(self.client_ids_.dtype, np.floating) and isinstance(client, Real))) or \
+                (not numeric and not isinstance(client, str)):
+            kind = "an integer" if numeric else "a string"
+            raise ValueError(f"client must be one fitted client id ({kind}, one of "
+                             f"{self.client_ids_[:10].tolist()}{'...' if self.n_clients_ > 10 else ''}); "
+                             f"got {client!r}. For several clients pass groups= or a list of arrays.")
+        return client
+
+    def _check_feature_names(self, names):
+        """The columns of DataFrame input must be the fitted ones, in the fitted order (as scikit-learn checks)."""
+        fitted = getattr(self, "feature_names_in_", None)
+        if names is not None and fitted is not None and list(names) != list(fitted):
+            raise ValueError(f"The DataFrame's columns {list(names)} are not the fitted ones {list(fitted)} in "
+                             "that order; select them with X[model.feature_names_in_].")
 
     def _client_index(self, ids):
         ids = np.asarray(ids)
@@ -268,7 +309,18 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _log_resp(self, X, y, client, groups):
         data, params, unpack = self._prepare(X, y, client, groups)
-        log_norm, log_resp = self._family.log_resp(data, params)
+        with np.errstate(over="ignore", invalid="ignore"):
+            log_norm, log_resp = self._family.log_resp(data, params)
+        # A component of weight 0 has log-posterior -inf (probability 0): only NaN or a non-finite density is wrong.
+        bad = ~np.isfinite(log_norm) | np.isnan(log_resp).any(axis=1)
+        if bad.any():
+            i = np.flatnonzero(bad)[0]
+            k = np.searchsorted(data.offsets, i, side="right") - 1
+            where = f"row {i - data.offsets[k]} of client {data.client_ids[k].item()!r}" if data.order is None else \
+                f"row {data.order[i]} of X"
+            raise ValueError(f"{bad.sum()} sample(s) (first: {where}) lie so far from every component "
+                             "that their densities underflow in float64 (squared distances beyond 1e308): they "
+                             "are not data of this model, or in other units than the data it was fitted on.")
         return data, log_norm, log_resp, unpack
 
     def _score_samples(self, X, y, client, groups):
@@ -306,6 +358,17 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _aic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
+
+
+def _real_array(value, name):
+    """A user's initial values as a finite float array, or a ``ValueError`` naming them."""
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of real numbers; got {type(value).__name__}.") from None
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return array
 
 
 def _log_jacobian(units, conditional):
@@ -395,7 +458,9 @@ _SHARED_ATTRS_DOC = """
         Client labels: ``0..K-1`` for list input, the sorted ``groups`` values otherwise.
     n_features_in_ : int
     n_iter_ : int
-        Rounds used by the kept run(s).
+        Rounds used by the kept run(s), summed over their passes: ``max_iter``
+        bounds each pass, and FedGrEM's restarts from the consensus
+        (``center_restarts``) add passes, so ``n_iter_`` can exceed it.
     converged_ : bool
     log_likelihood_ : ndarray of shape (n_clients,)
         Mean log-likelihood per sample of every client at the fitted parameters.

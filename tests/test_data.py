@@ -46,7 +46,7 @@ def test_non_finite_y_names_the_client(rng):
 
 
 def test_wrong_dimension_names_the_client(rng):
-    with pytest.raises(ValueError, match="client 2 has 3 features, expected 2"):
+    with pytest.raises(ValueError, match=r"same number of features, 2 .*client 2 has 3"):
         FederatedData.from_input([rng.randn(4, 2), rng.randn(4, 2), rng.randn(4, 3)])
 
 
@@ -63,7 +63,7 @@ def test_empty_client_is_refused(rng):
 def test_groups_name_the_client_by_its_id(rng):
     X = rng.randn(6, 2)
     X[4, 1] = np.nan
-    with pytest.raises(ValueError, match="groups value 'x'"):
+    with pytest.raises(ValueError, match="client 'x'"):
         FederatedData.from_input(X, groups=["w", "w", "w", "x", "x", "x"])
 
 

@@ -10,11 +10,13 @@ client's variances at the parameters it sends back (the closed-form maximizer
 of the client's Q-hat there) and pools them where the means are pooled.
 """
 
+import warnings
 from numbers import Real
 from typing import Callable, NamedTuple
 
 import numpy as np
 from scipy.stats import chi2
+from sklearn.exceptions import ConvergenceWarning
 
 from ..central import CentralResult, central_update
 from ..families import MixtureParams
@@ -132,6 +134,7 @@ class FedGrEMState(NamedTuple):
     lam: float = np.nan
     central: CentralResult | None = None
     sigma: np.ndarray | None = None
+    warned: bool = False
 
 
 class FedGrEM(GradientStrategy):
@@ -200,6 +203,12 @@ class FedGrEM(GradientStrategy):
         sigma = noise_scale(messages.scale)
         central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
                                  tol=self.central_tol, max_iter=self.central_max_iter)
+        if not central.converged and not state.warned:
+            warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
+                          "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
+                          "apart with a small threshold slow it down: check for outlier clients or a small penalty.",
+                          ConvergenceWarning, stacklevel=2)
+            state = state._replace(warned=True)
         nu = central.nu * sigma
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.

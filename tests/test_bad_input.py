@@ -1,0 +1,141 @@
+"""Bad input gets a clear error, never a silent wrong answer or a raw traceback (issue 12)."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from fedmm import DivergenceError, FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.algorithms import make_strategy
+from fedmm.data import FederatedData
+from fedmm.engine import run
+from fedmm.families import GaussianFamily, MixtureParams
+from fedmm.simulate import make_federated_gmm, make_federated_mor
+
+X, _ = make_federated_gmm(n_clients=3, n_samples=60, random_state=0)
+XM, YM, _ = make_federated_mor(n_clients=3, n_samples=60, random_state=0)
+X_ALL, GROUPS = np.concatenate(X), np.repeat([0, 1, 2], 60)
+
+
+@pytest.fixture(scope="module")
+def gm():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return FederatedGaussianMixture(5, method="fedgrem", max_iter=30, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("call", ["predict", "predict_proba", "score", "score_samples"])
+def test_points_beyond_float_range_are_refused_not_nan(gm, call):
+    with pytest.raises(ValueError, match="so far from every component"):
+        getattr(gm, call)(X[0] * 1e200, client=0)
+
+
+def test_far_rows_are_named_in_the_callers_order(gm):
+    far = X_ALL.copy()
+    far[100] *= 1e200
+    with pytest.raises(ValueError, match="row 100 of X"):
+        gm.predict(far, groups=GROUPS)
+
+
+@pytest.mark.parametrize("client", [True, 1.0, [0, 1], np.array([1]), "1"])
+def test_client_must_be_one_id_of_the_fitted_kind(gm, client):
+    with pytest.raises(ValueError, match="client must be one fitted client id"):
+        gm.predict(X[1], client=client)
+
+
+def test_numpy_integer_client_ids_are_fine(gm):
+    np.testing.assert_array_equal(gm.predict(X[1], client=np.int64(1)), gm.predict(X[1], client=1))
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(means_init=np.arange(30.0).reshape(3, 10)), r"means_init must have shape .*\(2, 10\).*got \(3, 10\)"),
+    (dict(means_init=np.zeros((2, 4))), r"means_init must have shape .*got \(2, 4\)"),
+    (dict(means_init=np.zeros((2, 10)), weights_init=[0.2, 0.3, 0.5]), r"weights_init must have shape .*got \(3,\)"),
+    (dict(means_init=[["a"] * 10] * 2), "means_init must be an array of real numbers"),
+    (dict(means_init=np.full((2, 10), np.nan)), "means_init contains NaN"),
+])
+def test_initial_values_are_checked_against_n_components_and_the_data(options, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedGaussianMixture(2, **options).fit(X)
+
+
+@pytest.mark.parametrize("y, match", [
+    ([y + 0j for y in YM], "y must be real numbers"), ([y > 0 for y in YM], "y must be real numbers"),
+    ([y.astype(str) for y in YM], "y must be real numbers"),
+])
+def test_responses_must_be_real(y, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedMixtureRegression(2).fit(XM, y)
+
+
+def test_object_arrays_of_numbers_are_read_as_numbers():
+    a = FederatedMixtureRegression(2, max_iter=5, random_state=0).fit(XM, [y.astype(object) for y in YM])
+    b = FederatedMixtureRegression(2, max_iter=5, random_state=0).fit(XM, YM)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.parametrize("X_, groups, error, match", [
+    (sp.csr_matrix(X_ALL), GROUPS, TypeError, "sparse"),
+    ([sp.csr_matrix(x) for x in X], None, TypeError, "sparse"),
+    ((x for x in X), None, TypeError, "generator, which can be read only once"),
+    ([[[1.0, 2.0], [3.0]], [[1.0, 2.0], [3.0, 4.0]]], None, ValueError, "client 0: X is ragged"),
+    (X_ALL, np.array([0, "a"] * 90, dtype=object), ValueError, "all numbers or all strings"),
+    (X_ALL, np.array([None, 1] * 90, dtype=object), ValueError, "all numbers or all strings"),
+    (X_ALL, np.where(np.arange(180) == 5, np.nan, GROUPS), ValueError, "groups contains NaN"),
+    ([X[0][:, :5], X[1], X[2]], None, ValueError, "client 0 has 5"),
+    (np.where(np.arange(180)[:, None] == 100, np.nan, X_ALL), GROUPS, ValueError, "row 100 of X"),
+    (X_ALL, GROUPS + 10, None, None),
+])
+def test_data_errors_say_what_was_expected(X_, groups, error, match):
+    if error is None:  # the control: the same data, well formed
+        FederatedData.from_input(X_, groups=groups)
+        return
+    with pytest.raises(error, match=match):
+        FederatedData.from_input(X_, groups=groups)
+
+
+def test_errors_name_the_callers_client_id():
+    with pytest.raises(ValueError, match="client 'b'"):
+        FederatedData.from_input(np.where(np.arange(180)[:, None] == 70, np.nan, X_ALL),
+                                 groups=np.array(["a", "b", "c"])[GROUPS])
+
+
+def test_prediction_errors_name_the_fitted_client_id():
+    gm = FederatedGaussianMixture(2, max_iter=5, random_state=0).fit(X_ALL, groups=GROUPS + 10)
+    with pytest.raises(ValueError, match="client 11 has 3"):
+        gm.predict(X[1][:, :3], client=11)
+
+
+def test_a_scalar_y_with_groups_is_refused():
+    with pytest.raises(ValueError, match="y must have one entry per row of X"):
+        FederatedMixtureRegression(2).fit(np.concatenate(XM), 3.0, groups=GROUPS)
+
+
+def test_dataframe_columns_are_kept_and_checked():
+    pd = pytest.importorskip("pandas")
+    frames = [pd.DataFrame(x, columns=[f"f{j}" for j in range(10)]) for x in X]
+    gm = FederatedGaussianMixture(2, max_iter=5, random_state=0).fit(frames)
+    assert list(gm.feature_names_in_) == [f"f{j}" for j in range(10)]
+    np.testing.assert_array_equal(gm.predict(frames[0], client=0), gm.predict(X[0], client=0))
+    with pytest.raises(ValueError, match="not the fitted ones"):
+        gm.predict(frames[0][frames[0].columns[::-1]], client=0)
+    assert not hasattr(FederatedGaussianMixture(2, max_iter=5).fit(X), "feature_names_in_")
+
+
+def test_divergence_advice_fits_the_method():
+    """EM on two clients of one repeated point with reg_covar = 0: the variance is 0, the density infinite.
+    The advice is about the data and reg_covar, not step sizes (EM has none)."""
+    flat = [np.zeros((20, 2)), np.zeros((20, 2))]
+    with pytest.raises(DivergenceError, match="reg_covar") as err:
+        FederatedGaussianMixture(2, method="local-em", reg_covar=0.0).fit(flat)
+    assert "C_eta" not in str(err.value)
+
+
+def test_an_unconverged_central_problem_warns():
+    Xs, truth = make_federated_gmm(4, 100, h=2.0, random_state=0)
+    K, R, _ = truth.theta.shape
+    start = MixtureParams(np.full((K, R), 1 / R), truth.theta, np.ones((K, R, 1)))
+    with pytest.warns(UserWarning, match="central problem stopped unconverged"):
+        run(make_strategy("fedgrem", central_max_iter=1, penalty=3.0, center_restarts=0), GaussianFamily(),
+            FederatedData.from_input(Xs), start, 3, 0.0)
