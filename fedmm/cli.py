@@ -1,6 +1,6 @@
 """The ``fedmm`` command line: ``fedmm demo`` and ``fedmm simulate``."""
 
-import argparse
+from argparse import ArgumentParser, ArgumentTypeError
 import sys
 import time
 from pathlib import Path
@@ -34,11 +34,48 @@ def demo(reps=3, out=".", h_values=(0.0, 0.5, 1.0, 1.5, 2.0), random_state=0):
 
 
 def parse_range(text):
-    """``"0:2:0.25"`` -> 0, 0.25, ..., 2 (stop included); ``"0.5"`` -> 0.5; ``"0,1,3"`` -> 0, 1, 3."""
-    if ":" in text:
-        start, stop, step = (float(v) for v in text.split(":"))
-        return list(np.round(np.arange(start, stop + step / 2, step), 10))
-    return [float(v) for v in text.split(",")]
+    """``"0:2:0.25"`` -> 0, 0.25, ..., 2 (stop included); ``"0.5"`` -> 0.5; ``"0,1,3"`` -> 0, 1, 3.
+
+    Raises ``argparse.ArgumentTypeError`` (one line, for the command line) on anything else, on a
+    step that is not positive, and on negative values (``h`` is a distance).
+    """
+    try:
+        if ":" in text:
+            start, stop, step = (float(v) for v in text.split(":"))
+            if not step > 0 or stop < start:
+                raise ArgumentTypeError(f"{text!r}: start:stop:step needs step > 0 and stop >= start")
+            values = list(np.round(np.arange(start, stop + step / 2, step), 10))
+        else:
+            values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not start:stop:step (e.g. 0:2:0.25) or a list a,b,c of numbers") from None
+    if not all(np.isfinite(values)) or min(values) < 0:
+        raise ArgumentTypeError(f"{text!r}: values must be finite and >= 0")
+    return values
+
+
+def _number(kind, low=None, high=None, *, low_open=False, high_open=False):
+    """An argparse type: a ``kind`` (int or float) in the given range, with a one-line error otherwise."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if too_low or too_high or not np.isfinite(value):
+            interval = (f"{'(' if low_open or low is None else '['}{-np.inf if low is None else low:.4g}, "
+                        f"{np.inf if high is None else high:.4g}{')' if high_open or high is None else ']'}")
+            raise ArgumentTypeError(f"{value} is not in {interval}")
+        return value
+    return parse
+
+
+class _Parser(ArgumentParser):
+    """argparse with every error on one line (``fedmm <command>: error: ...``), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n_outliers=1, n_init=5,
@@ -64,32 +101,53 @@ def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="fedmm", description="Federated mixture models.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from . import __version__
+
+    parser = _Parser(prog="fedmm", description="Federated mixture models.")
+    parser.add_argument("--version", action="version", version=f"fedmm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    count, positive = _number(int, 1), _number(float, 0, low_open=True)
     p_demo = sub.add_parser("demo", help="run the built-in simulation study, print its table, write its figure")
-    p_demo.add_argument("--reps", type=int, default=3, help="replications per h (default 3)")
+    p_demo.add_argument("--reps", type=count, default=3, help="replications per h (default 3)")
     p_demo.add_argument("--out", default=".", help="folder for fedmm-demo.png (default: current folder)")
-    p_demo.add_argument("--seed", type=int, default=0)
+    p_demo.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
 
     p_sim = sub.add_parser("simulate", help="a simulation study on the FedGrEM paper's design (App. B.1)")
     p_sim.add_argument("--model", choices=("gmm", "mor"), default="gmm")
-    p_sim.add_argument("--h", default="0:2:0.25", help="heterogeneity levels: start:stop:step, or a,b,c")
-    p_sim.add_argument("--reps", type=int, default=10)
+    p_sim.add_argument("--h", type=parse_range, default="0:2:0.25",
+                       help="heterogeneity levels >= 0: start:stop:step, or a,b,c (default 0:2:0.25)")
+    p_sim.add_argument("--reps", type=count, default=10, help="replications per h (default 10)")
     p_sim.add_argument("--methods", default="all", help=f"comma-separated, or 'all' ({', '.join(ALL_METHODS)})")
-    p_sim.add_argument("--out", default="fedmm-study")
-    p_sim.add_argument("--clients", type=int, default=10)
-    p_sim.add_argument("--samples", type=int, default=150)
-    p_sim.add_argument("--outliers", type=int, default=1, help="number of outlier clients (the last ones)")
-    p_sim.add_argument("--n-init", type=int, default=5, help="local-EM starts per client")
+    p_sim.add_argument("--out", default="fedmm-study", help="output folder (default fedmm-study)")
+    p_sim.add_argument("--clients", type=_number(int, 2), default=10, help="number of clients K >= 2 (default 10)")
+    p_sim.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
+    p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
+                       help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
+    p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
     p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores)")
-    p_sim.add_argument("--seed", type=int, default=0)
+    p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
     p_bounds = sub.add_parser("bounds", help="the terms of FedGrEM's error bound and the dominant one")
     p_bounds.add_argument("--model", choices=("gmm", "mor"), default="gmm")
-    for name, kind, default in [("n", int, 150), ("K", int, 10), ("d", int, 10), ("R", int, 5), ("h", float, 0.0),
-                                ("eps", float, 0.0), ("T", int, 1000), ("delta", float, 0.05), ("M", float, 1.0),
-                                ("cw", float, 1.0), ("kappa0", float, 0.5)]:
-        p_bounds.add_argument(f"--{name}", type=kind, default=default)
+    for name, kind, default, text in [
+            ("n", count, 150, "samples per client"), ("K", count, 10, "number of clients"),
+            ("d", count, 10, "dimension"), ("R", count, 5, "number of components"),
+            ("h", _number(float, 0), 0.0, "similarity level h >= 0"),
+            ("eps", _number(float, 0, 1 / 3, high_open=True), 0.0,
+             "fraction of outlier clients, in [0, 1/3) (Theorem A.8 needs eps < 1/3)"),
+            ("T", count, 1000, "rounds"), ("delta", _number(float, 0, 1, low_open=True, high_open=True), 0.05,
+                                           "failure probability, in (0, 1)"),
+            ("M", positive, 1.0, "bound on the parameters' norm"), ("cw", positive, 1.0, "lower bound of the weights"),
+            ("kappa0", _number(float, 0, 1, low_open=True, high_open=True), 0.5, "contraction rate, in (0, 1)")]:
+        p_bounds.add_argument(f"--{name}", type=kind, default=default, help=f"{text} (default {default:g})")
     args = parser.parse_args(argv)
+    if args.command == "simulate":
+        if 2 * args.outliers >= args.clients:
+            p_sim.error(f"argument --outliers: {args.outliers} outliers among {args.clients} clients; fewer than "
+                        "half the clients may be outliers")
+        methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
+        unknown = sorted(set(methods) - set(ALL_METHODS))
+        if unknown:
+            p_sim.error(f"argument --methods: unknown {unknown}; choose from {', '.join(ALL_METHODS)}")
     if args.command == "bounds":
         from .theory import bound, federation_helps
         setting = dict(model=args.model, n=args.n, K=args.K, d=args.d, R=args.R, h=args.h, eps=args.eps, T=args.T,
@@ -103,8 +161,7 @@ def main(argv=None):
         Path(args.out).mkdir(parents=True, exist_ok=True)
         demo(reps=args.reps, out=args.out, random_state=args.seed)
     else:
-        methods = "all" if args.methods == "all" else tuple(args.methods.split(","))
-        simulate(args.model, parse_range(args.h), args.reps, methods, args.out, n_clients=args.clients,
+        simulate(args.model, args.h, args.reps, methods, args.out, n_clients=args.clients,
                  n_samples=args.samples, n_outliers=args.outliers, n_init=args.n_init, n_jobs=args.jobs,
                  random_state=args.seed)
     return 0

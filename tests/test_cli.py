@@ -1,3 +1,5 @@
+import pytest
+
 from fedmm.cli import main
 
 
@@ -6,3 +8,29 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "local-em" in out and "pooled-grem" in out and "mixing-proportion error" in out
     assert (tmp_path / "fedmm-demo.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["simulate", "--h", "0:2"], "argument --h"), (["simulate", "--h", "abc"], "argument --h"),
+    (["simulate", "--h", "-1,0"], "argument --h"), (["simulate", "--reps", "0"], "argument --reps"),
+    (["simulate", "--clients", "1"], "argument --clients"), (["simulate", "--outliers", "10"], "argument --outliers"),
+    (["simulate", "--methods", "fedavg"], "argument --methods"), (["bounds", "--n", "0"], "argument --n"),
+    (["demo", "--reps", "0"], "argument --reps"), (["bounds", "--eps", "0.7"], "argument --eps"),
+    (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
+])
+def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err and "Traceback" not in err
+
+
+def test_cli_version_and_help_texts(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("fedmm ")
+    with pytest.raises(SystemExit):
+        main(["bounds", "--help"])
+    help_text = capsys.readouterr().out
+    assert "fraction of outlier clients" in help_text and "samples per client" in help_text
