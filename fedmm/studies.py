@@ -21,7 +21,7 @@ from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
 from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
 
-__all__ = ["ALL_METHODS", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study"]
+__all__ = ["ALL_METHODS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study"]
 
 #: Fig. 3's methods, in its order (FedGMM is not implemented).
 ALL_METHODS = ("local-em", "local-grem", "fedem", "tgmm", "pooled-em", "pooled-grem", "fedgrem")
@@ -136,6 +136,12 @@ def read_csv(path):
         return [{k: parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
+#: What each recorded error is, for tables and figures.
+METRIC_NAMES = {"theta_error": "error of the component parameters (Euclidean norm)",
+                "weight_error": "error of the mixing proportions (max abs)",
+                "misclustering": "mis-clustering rate"}
+
+
 def summarize(rows, metric="theta_error", by="h"):
     """Mean and standard deviation of ``metric`` per (setting value, method): ``{(x, method): (mean, sd)}``."""
     groups = {}
@@ -158,25 +164,34 @@ def format_table(rows, metric="theta_error", by="h"):
     return "\n".join(lines)
 
 
-def plot_study(rows, path, metrics=("weight_error", "theta_error"), title=None):
-    """Mean error against ``h / SNR``, one line per method, log scale: Fig. 3's layout. Saved to ``path``."""
+def plot_study(rows, path, metrics=("weight_error", "theta_error"), title=None, by="h"):
+    """Mean error against ``by`` (``"h"``, the table's axis, or ``"h_over_snr"``, Fig. 3's), one line per
+    method, log scale. Saved to ``path``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, ScalarFormatter
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     hs = sorted({r["h"] for r in rows})
-    x = [np.mean([r["h_over_snr"] for r in rows if r["h"] == h]) for h in hs]
+    x = [np.mean([r[by] for r in rows if r["h"] == h]) for h in hs]
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         summary = summarize(rows, metric)
         for i, m in enumerate(methods):
-            # Distinct styles: EM and gradient EM often coincide, and one must not hide the other.
+            # Distinct markers, line styles and sizes: EM and gradient EM often coincide, and one must not
+            # hide the other.
             ax.plot(x, [summary[(h, m)][0] for h in hs], marker="osD^v<>p"[i % 8],
-                    linestyle=("-", "--", "-.", ":")[i % 4], markersize=8 - 0.6 * i, label=m)
+                    linestyle=("-", "--", "-.", ":")[i % 4], markersize=9 - 0.8 * i, label=m, alpha=0.85)
         ax.set_yscale("log")
-        ax.set_xlabel("h / SNR")
-        ax.set_ylabel(f"mean of the max error over clients ({metric.replace('_', ' ')})")
+        # Numbers on the log axis, not only powers of ten: the errors span less than a decade.
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter() if len(ax.get_yticks()) < 3 else plt.NullFormatter())
+        ax.set_xlabel({"h": "h (distance of each client's parameters from the centre)",
+                       "h_over_snr": "h / SNR"}.get(by, by))
+        ax.set_title(METRIC_NAMES.get(metric, metric), fontsize=10)
+        ax.set_ylabel("max over honest clients (mean over reps)")
     axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title)

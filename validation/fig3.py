@@ -55,7 +55,8 @@ def main(argv=None):
         rows = run_study(model, ALL_METHODS, settings, reps, 0, {"n_init": 5, "max_iter": 1000, "tol": 1e-5},
                          n_jobs=args.jobs, progress=not args.quick)
         write_csv(rows, OUT / f"fig3-{model}.csv")
-        plot_study(rows, OUT / f"fig3-{model}.png", title=f"Fig. 3, {model.upper()} (App. B.1 design)")
+        plot_study(rows, OUT / f"fig3-{model}.png", title=f"Fig. 3, {model.upper()} (App. B.1 design)",
+                   by="h_over_snr")
         claims = check(rows, hs)
         ok &= all(claims.values())
         lines += [f"### {model.upper()} ({time.perf_counter() - start:.0f} s)", "",
