@@ -169,13 +169,18 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched"):
     """Run from every start and keep the best log-likelihood.
 
     Per-client strategies fit independent problems, so each client keeps its
-    own best start; the others keep the start with the best total.
+    own best start; the others keep the best run by
+    :meth:`~fedmm.algorithms.Strategy.better_run` (the total log-likelihood
+    unless the strategy says otherwise), the starts taken in order.
     ``n_iter`` and ``converged`` describe the runs that were kept; the rest
     is the run with the best total.
     """
     runs = [run(strategy, family, data, start, max_iter, tol, mode) for start in starts]
     loglik = np.stack([r.loglik for r in runs])                     # (n_starts, K)
-    best_total = int(np.argmax(loglik.sum(axis=1)))
+    best_total = 0
+    for i, candidate in enumerate(runs[1:], start=1):
+        if strategy.better_run(runs[best_total], candidate, data.n_samples):
+            best_total = i
     K = data.n_clients
     choice = np.argmax(loglik, axis=0) if strategy.per_client else np.full(K, best_total)
     clients = np.arange(K)

@@ -395,13 +395,14 @@ _SHARED_PARAMS_DOC = """
         than its fixed point (hence more than scikit-learn's 100).
     tol : float, default=1e-3
         Stop when no client's mean log-likelihood per sample changes by this much.
-    init : {"auto", "family", "local-em", "common", "trimmed-pooled"}, default="auto"
+    init : {"auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local"}, default="auto"
         How starts are made (``docs/alignment.md``, ``docs/units.md``): the
         family's start on each client (or the pooled data), local EM on every
         client then alignment (the paper's, App. B), one start broadcast to
-        all clients, or pooled EM trimmed of the clients it fits worst, then
-        each client's proportions. "auto" is the method's default
-        ("trimmed-pooled" for FedGrEM, "common" for FedEM, "local-em" for
+        all clients, pooled EM trimmed of the clients it fits worst, then
+        each client's proportions, or both of the last two (the second kept
+        only where the method finds it better). "auto" is the method's default
+        ("pooled-and-local" for FedGrEM, "common" for FedEM, "local-em" for
         TGMM, "family" for the local and pooled methods). Ignored when
         initial values are given.
     alignment : {"consensus", "stepwise", "greedy", "exhaustive"} or None, default="consensus"

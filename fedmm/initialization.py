@@ -24,6 +24,16 @@
   clients are alike: where local EM cannot start (mixtures of regressions at
   ``n_k = 150``, components missing on label-skewed clients) the
   federation still can.
+- ``"pooled-and-local"``: both of the above, the trimmed pooled start and
+  (where every client has at least ``n_components`` samples) the aligned
+  local-EM start, tried in that order; the strategy keeps the run it
+  prefers (:meth:`fedmm.algorithms.Strategy.better_run`). FedGrEM's default: each
+  start fails where the other holds. Local EM cannot start mixtures of
+  regressions at ``n_k = 150`` nor label-skewed clients, and the pooled
+  start can be captured by adversarial clients that are more than the
+  trimmed fraction, or that put all their samples on one point (a mixture's
+  likelihood is unbounded there, so that client fits best and is never
+  trimmed).
 - user-supplied weights and parameters: one start.
 
 ``"auto"`` is the method's own default (``Strategy.default_init``).
@@ -39,7 +49,7 @@ from .families import MixtureParams, pool_stats
 from .families._base import one_hot
 from .tuning import TRIM, kept_clients
 
-INITS = ("auto", "family", "local-em", "common", "trimmed-pooled")
+INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
@@ -199,8 +209,11 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state)]
     if init == "common":
         return [(common_start(family, data, n_components, random_state), None) for _ in range(n_init)]
-    if init == "trimmed-pooled":
-        return [(trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, random_state), None)]
+    if init in ("trimmed-pooled", "pooled-and-local"):
+        starts = [(trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, random_state), None)]
+        if init == "pooled-and-local" and data.n_samples.min() >= n_components and data.n_clients > 1:
+            starts.append(local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state))
+        return starts
     starts = [family_start(family, data, n_components, random_state, pooled=algorithm.shared)
               for _ in range(n_init)]
     if algorithm.per_client or algorithm.shared:

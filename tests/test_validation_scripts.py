@@ -47,3 +47,9 @@ def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
     realdata.main(["--quick", "--only", "penguins"])
     out = capsys.readouterr().out
     assert "clients = islands" in out and "fedgrem (local-EM start)" in out and "sklearn" in out
+
+
+@pytest.mark.slow
+def test_paper_gmm_h0_full(capsys):
+    """The whole 20-seed study (about 100 s on two cores): run with pytest -m slow."""
+    assert _load("paper_gmm_h0").main([]) == 0

@@ -139,6 +139,11 @@ class Strategy(ABC):
         """Strategy-specific fitted attributes of the estimator (name -> value)."""
         return {}
 
+    def better_run(self, best, candidate, n_k):
+        """Whether the run from a later start (:class:`fedmm.engine.FitResult`) replaces the best so far:
+        a higher total log-likelihood."""
+        return candidate.loglik.sum() > best.loglik.sum()
+
     # --- restarts (called by the engine after a run) -------------------------------------
 
     def restart(self, result, attempt):
