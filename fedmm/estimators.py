@@ -193,7 +193,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.log_likelihood_ = result.loglik / data.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / data.n_samples.sum() + jacobian
         self._set_center(family, params, strategy.center(result.diagnostics), units)
-        for name, value in strategy.fitted_attributes(result, self.client_ids_).items():
+        for name, value in strategy.fitted_attributes(result, self.client_ids_, data.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
         if not self.converged_:
@@ -486,10 +486,12 @@ _SHARED_ATTRS_DOC = """
         FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` with
         ``pooling_sizes="component"``), the pooling distance.
     outlier_scores_ : ndarray of shape (n_clients,)
-        FedGrEM only: ``max_r distance / threshold``; above 1, some component
-        was not pooled.
+        FedGrEM only: how far each client's estimates are from the consensus,
+        against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);
+        above 1: significant at level 1%.
     suspected_outliers_ : ndarray
-        FedGrEM only: ids of the clients with score above 1, most suspect first.
+        FedGrEM only: ids of the clients with score above 1, most suspect first
+        (an honest client is flagged about 2% of the time on the paper's design).
     restarted_clients_ : ndarray
         FedGrEM only: ids of the clients whose restart from the consensus was
         kept (``center_restarts``).

@@ -5,7 +5,8 @@ n = 300 each, h = 0, with 1 or 3 adversaries (fewer than the theory's third) tha
 data by +20, replace it by N(0, 100 I), put all 300 samples on one point, or use another layout
 of the components. Margin: an honest client's own noise on its smallest component,
 sqrt(d / (n w_min)); pooling should do better than that and a captured start does far worse
-(a missing or misplaced component costs at least the separation, 4 sqrt(2)).
+(a missing or misplaced component costs at least the separation, 4 sqrt(2)). Every adversary is
+among ``suspected_outliers_``.
 """
 
 import warnings
@@ -48,6 +49,7 @@ def check_attack(kind, n_bad, seed):
         fed = FederatedGaussianMixture(3, method="fedgrem", random_state=seed).fit(X)
         assert np.isfinite(fed.means_[honest]).all() and np.isfinite(fed.weights_[honest]).all()
         assert honest_error(fed, truth, honest) < margin, (kind, n_bad, seed)
+        assert set(range(10 - n_bad, 10)) <= set(fed.suspected_outliers_.tolist()), (kind, n_bad, seed)
         if kind == "shift":
             # FedEM averages the adversaries in: the shared means move by at least n_bad / 10 * 20 sqrt(5).
             fedem = FederatedGaussianMixture(3, method="fedem", random_state=seed).fit(X)

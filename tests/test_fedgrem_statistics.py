@@ -142,3 +142,43 @@ def test_mor_one_outlier_client_hurts_fedem_but_not_fedgrem():
     fedgrem = _mor_max_errors("fedgrem", 0.0, outliers=[7])
     fedem = _mor_max_errors("fedem", 0.0, outliers=[7], init="local-em")
     assert np.all(fedgrem < fedem)
+
+
+def test_outlier_scores_have_their_level_under_the_null():
+    """Clients whose statistics follow the null (any common scale) are flagged at the nominal 1%."""
+    from scipy.stats import chi2
+    from fedmm.algorithms.fedgrem import OUTLIER_LEVEL, outlier_scores
+    rng = np.random.RandomState(0)
+    K, R, p = 20000, 5, 10
+    N = rng.uniform(20, 60, size=(K, R))
+    distance = np.sqrt(3.7 * chi2.rvs(p, size=(K, R), random_state=rng) / N)
+    rate = (outlier_scores(distance, N, p) > 1).mean()
+    assert abs(rate - OUTLIER_LEVEL) < 4 * np.sqrt(OUTLIER_LEVEL / K)  # four binomial standard errors
+
+
+def _flag_rates(seeds):
+    """Honest clients flagged, and runs whose outlier client went unflagged, on the paper's GMM design."""
+    flagged = honest = missed = 0
+    for h in (0.0, 0.5):
+        for seed in seeds:
+            X, truth = make_federated_gmm(random_state=seed, h=h, outlier_clients=[9])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gm = FederatedGaussianMixture(5, method="fedgrem", random_state=seed).fit(X)
+            scores = gm.outlier_scores_
+            flagged += (scores[:9] > 1).sum()
+            honest += 9
+            missed += scores[9] <= 1
+    return flagged / honest, missed
+
+
+def test_suspected_outliers_rarely_flag_honest_clients():
+    """Issue 12's target: at most 5% of honest clients flagged at h in {0, 0.5}; the outlier always flagged."""
+    rate, missed = _flag_rates(range(4))
+    assert rate <= 0.05 and missed == 0
+
+
+@pytest.mark.slow
+def test_suspected_outliers_rarely_flag_honest_clients_20_seeds():
+    rate, missed = _flag_rates(range(20))
+    assert rate <= 0.05 and missed == 0

@@ -135,7 +135,7 @@ class Strategy(ABC):
         """The consensus component parameters (R, p) in the fitting units, or None when there is none."""
         return None
 
-    def fitted_attributes(self, result, client_ids):
+    def fitted_attributes(self, result, client_ids, n_k):
         """Strategy-specific fitted attributes of the estimator (name -> value)."""
         return {}
 
