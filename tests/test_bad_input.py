@@ -18,17 +18,24 @@ XM, YM, _ = make_federated_mor(n_clients=3, n_samples=60, random_state=0)
 X_ALL, GROUPS = np.concatenate(X), np.repeat([0, 1, 2], 60)
 
 
-@pytest.fixture(scope="module")
-def gm():
+@pytest.fixture(scope="module", params=["numba", "numpy"])
+def gm(request):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return FederatedGaussianMixture(5, method="fedgrem", max_iter=30, random_state=0).fit(X)
+        return FederatedGaussianMixture(5, method="fedgrem", max_iter=30, backend=request.param,
+                                        random_state=0).fit(X)
 
 
 @pytest.mark.parametrize("call", ["predict", "predict_proba", "score", "score_samples"])
 def test_points_beyond_float_range_are_refused_not_nan(gm, call):
     with pytest.raises(ValueError, match="so far from every component"):
         getattr(gm, call)(X[0] * 1e200, client=0)
+
+
+def test_mixture_regression_refuses_points_beyond_float_range_too():
+    mr = FederatedMixtureRegression(2, max_iter=10, random_state=0).fit(XM, YM)
+    with pytest.raises(ValueError, match="so far from every component"):
+        mr.predict_proba(XM[0], YM[0] * 1e200, client=0)
 
 
 def test_far_rows_are_named_in_the_callers_order(gm):
