@@ -59,8 +59,8 @@ class FederatedData:
 
     def client(self, k):
         """Return ``(X_k, y_k)`` of client ``k`` (``y_k`` is None for GMMs)."""
-        sl = slice(self.offsets[k], self.offsets[k + 1])
-        return self.X[sl], None if self.y is None else self.y[sl]
+        one = self.client_data(k)
+        return one.X, one.y
 
     def client_data(self, k):
         """Client ``k`` alone, as one-client data (views of the arrays, no copy)."""
