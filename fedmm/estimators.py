@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _params as P
 from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
 from .algorithms._base import ETA_RULES
+from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
@@ -53,6 +54,9 @@ _SHARED_CONSTRAINTS = {
     "pooling_sizes": P.one_of(*POOLING_SIZES),
     "pool_variances": P.boolean,
     "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
+    "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
+    "mixing": P.one_of(*MIXINGS),
+    "n_gossip": P.integer(1),
     "backend": P.one_of(*BACKENDS),
     "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1),
                              P.instance(np.random.RandomState, text="a numpy RandomState")),
@@ -71,7 +75,7 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
     #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
     _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "tgmm_lambda")
+                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip")
     _gradient_options = ()
 
     @abstractmethod
@@ -137,16 +141,21 @@ class _FederatedMixture(BaseEstimator, ABC):
         if self.penalty == "auto" and self.method != "fedgrem":
             raise ValueError(f"penalty='auto' tunes FedGrEM's penalty; method={self.method!r} has none.")
 
-    def _strategy_options(self):
-        """The constructor arguments the chosen method takes, under the strategy's names."""
+    def _strategy_options(self, rng):
+        """The constructor arguments the chosen method takes, under the strategy's names; a method that draws
+        (D-FedEM's random graph) gets a seed from ``rng``, the same for all its starts."""
         takes = method_options(self.method)
-        return {name: getattr(self, name) for name in self._method_options if name in takes}
+        options = {name: getattr(self, name) for name in self._method_options if name in takes}
+        if "random_state" in takes:
+            options["random_state"] = rng.randint(2 ** 31 - 1)
+        return options
 
     def _fit(self, X, y, groups):
         self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
-        options = self._strategy_options()
+        rng = check_random_state(self.random_state)
+        options = self._strategy_options(rng)
         auto = options.get("penalty") == "auto"
         if auto:
             options["penalty"] = "paper"
@@ -161,7 +170,6 @@ class _FederatedMixture(BaseEstimator, ABC):
         units = family.units(pooled_moments(data))
         data = units.transform(data)
         data = data.with_X(family.design(data.X))
-        rng = check_random_state(self.random_state)
         user = self._user_start(family, units, data.n_clients, self.n_features_in_)
         self.penalty_selection_ = None
         if auto:
@@ -380,7 +388,7 @@ def _log_jacobian(units, conditional):
 
 
 _SHARED_PARAMS_DOC = """
-    method : {"fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
+    method : {"fedgrem", "fedem", "d-fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
         The estimation strategy (``docs/methods.md``): FedGrEM (robust,
         adaptive federated gradient EM, ``docs/fedgrem.md``), FedEM (shared
         components), TGMM (shrinkage towards the other clients' starts), or
@@ -443,6 +451,14 @@ _SHARED_PARAMS_DOC = """
         False keeps every client's own.
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
+    graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
+        D-FedEM: the communication graph (``docs/graphs.md``): a name, an
+        adjacency matrix, or a time-varying ``t -> W``; "erdos-renyi" draws a
+        connected Erdos-Renyi(K, 0.5) graph from ``random_state`` (the FedEM paper's).
+    mixing : {"fastest", "metropolis-hastings"}, default="fastest"
+        D-FedEM: the mixing matrix on the graph (:mod:`fedmm.graphs`).
+    n_gossip : int, default=1
+        D-FedEM: exchanges with the neighbours per round.
     backend : {"auto", "numba", "numpy", "cupy"}, default="auto"
         Kernels for the E-step (``docs/performance.md``): Numba's fused
         parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
@@ -550,7 +566,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="local-em", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
-                 tgmm_lambda=0.4,
+                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1,
                  reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
@@ -568,6 +584,9 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
         self.tgmm_lambda = tgmm_lambda
+        self.graph = graph
+        self.mixing = mixing
+        self.n_gossip = n_gossip
         self.reg_covar = reg_covar
         self.weights_init = weights_init
         self.means_init = means_init
@@ -712,8 +731,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, weights_init=None,
-                 coef_init=None, backend="auto", random_state=None):
+                 pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
+                 n_gossip=1, weights_init=None, coef_init=None, backend="auto", random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -732,6 +751,9 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
         self.tgmm_lambda = tgmm_lambda
+        self.graph = graph
+        self.mixing = mixing
+        self.n_gossip = n_gossip
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.backend = backend

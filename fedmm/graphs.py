@@ -26,7 +26,7 @@ e.g. :func:`erdos_renyi_sequence`.
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["complete", "ring", "torus", "erdos_renyi", "k_regular", "adjacency", "check_connected",
+__all__ = ["complete", "ring", "torus", "erdos_renyi", "connected_erdos_renyi", "k_regular", "adjacency", "check_connected",
            "metropolis_hastings", "fastest_mixing", "spectral_gap", "check_mixing", "erdos_renyi_sequence"]
 
 
@@ -97,21 +97,23 @@ def erdos_renyi(K, p, random_state=None):
     return adjacency((upper | upper.T).astype(int))
 
 
+def connected_erdos_renyi(K, p, random_state=None, tries=1000):
+    """An Erdos-Renyi(K, p) graph conditioned on being connected: draws until one is."""
+    rng = check_random_state(random_state)
+    for _ in range(tries):
+        try:
+            return erdos_renyi(K, p, rng)
+        except ValueError:
+            continue
+    raise ValueError(f"No connected Erdos-Renyi({K}, {p}) graph in {tries} draws; raise p.")
+
+
 def erdos_renyi_sequence(K, p, random_state=None, weights="metropolis-hastings"):
-    """A time-varying graph: round ``t`` draws its own connected Erdos-Renyi graph (redrawing a
-    disconnected one) and its mixing matrix; ``t -> W``, the same ``W`` for the same ``t``."""
+    """A time-varying graph: round ``t`` draws its own connected Erdos-Renyi graph and its mixing
+    matrix; ``t -> W``, the same ``W`` for the same ``t``."""
     seed = check_random_state(random_state).randint(2 ** 31 - 1)
     mix = {"metropolis-hastings": metropolis_hastings, "fastest": fastest_mixing}[weights]
-
-    def W(t):
-        rng = np.random.RandomState((seed + t) % (2 ** 31 - 1))
-        for _ in range(1000):
-            try:
-                return mix(erdos_renyi(K, p, rng))
-            except ValueError:
-                continue
-        raise ValueError(f"No connected Erdos-Renyi({K}, {p}) graph in 1000 draws; raise p.")
-    return W
+    return lambda t: mix(connected_erdos_renyi(K, p, (seed + t) % (2 ** 31 - 1)))
 
 
 def check_connected(A):

@@ -17,6 +17,8 @@ from fedmm.protocol import ClientMessage
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 CENTERS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+#: Options that make a method deterministic (D-FedEM draws its graph).
+OPTIONS = {"d-fedem": dict(random_state=0)}
 
 
 def _problem(model, sizes, seed=0):
@@ -39,8 +41,8 @@ def test_batched_and_per_client_rounds_agree(model, method):
     family, data, start = _problem(model, [60, 90, 40, 75])
     if METHODS[method].shared:
         start = start.broadcast(data.n_clients)
-    a = run(make_strategy(method), family, data, start, 40, 0.0, mode="batched")
-    b = run(make_strategy(method), family, data, start, 40, 0.0, mode="per-client")
+    a = run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="batched")
+    b = run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="per-client")
     for x, y in zip(a.params, b.params):
         np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-10)
@@ -87,7 +89,7 @@ def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, me
         if cls.shared:
             start = start.broadcast(data.n_clients)
         seen.clear()
-        run(make_strategy(method), family, data, start, 3, 0.0, mode="per-client")
+        run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 3, 0.0, mode="per-client")
         assert seen, "the server was never called"
         shapes.append(seen[0])
     assert shapes[0] == shapes[1]  # ten times the samples, the same message

@@ -7,6 +7,7 @@ Each is a client step and a server step over :mod:`fedmm.protocol`'s messages;
 import inspect
 
 from ._base import GradientStrategy, Strategy
+from .dfedem import DFedEM
 from .fedem import FedEM
 from .fedgrem import FedGrEM
 from .local import LocalEM, LocalGrEM
@@ -16,6 +17,7 @@ from .tgmm import TGMM
 METHODS = {
     "fedgrem": FedGrEM,
     "fedem": FedEM,
+    "d-fedem": DFedEM,
     "tgmm": TGMM,
     "local-em": LocalEM,
     "local-grem": LocalGrEM,
