@@ -211,7 +211,7 @@ def _check_container(value, what):
                         f"(e.g. list({what})) or an array.")
 
 
-def _as_array(value, what, rows=None):
+def _as_array(value, what):
     """``np.asarray(value)`` with ragged input reported as such."""
     try:
         return np.asarray(value)

@@ -134,9 +134,10 @@ class _FederatedMixture(BaseEstimator, ABC):
         defaults = inspect.signature(type(self).__init__).parameters
         for name in self._method_options:
             value, default = getattr(self, name), defaults[name].default
-            if not self._applies(name, self.method) and (value is not default and value != default):
+            if not self._applies(name, self.method) and _differs(value, default):
                 users = [m for m in METHODS if self._applies(name, m)]
-                raise ValueError(f"{name}={value!r} is not used by method={self.method!r} (only by {users}); "
+                shown = repr(value) if np.ndim(value) == 0 else f"<array of shape {np.shape(value)}>"
+                raise ValueError(f"{name}={shown} is not used by method={self.method!r} (only by {users}); "
                                  f"leave it at its default {default!r} or choose one of those methods.")
         if self.penalty == "auto" and self.method != "fedgrem":
             raise ValueError(f"penalty='auto' tunes FedGrEM's penalty; method={self.method!r} has none.")
@@ -287,11 +288,11 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _check_client_id(self, client):
         """One client id of the kind the fitted ids are (``True`` is not client 1, nor is ``1.0``)."""
-        numeric = np.issubdtype(self.client_ids_.dtype, np.number)
-        if isinstance(client, (bool, np.bool_)) or np.ndim(client) != 0 or \
-                (numeric and not isinstance(client, (Integral, np.integer)) and
-                 not (np.issubdtype(self.client_ids_.dtype, np.floating) and isinstance(client, Real))) or \
-                (not numeric and not isinstance(client, str)):
+        ids = self.client_ids_.dtype
+        numeric = np.issubdtype(ids, np.number)
+        kinds = (str,) if not numeric else (Real, np.floating, np.integer) if np.issubdtype(ids, np.floating) \
+            else (Integral, np.integer)
+        if np.ndim(client) != 0 or isinstance(client, (bool, np.bool_)) or not isinstance(client, kinds):
             kind = "an integer" if numeric else "a string"
             raise ValueError(f"client must be one fitted client id ({kind}, one of "
                              f"{self.client_ids_[:10].tolist()}{'...' if self.n_clients_ > 10 else ''}); "
@@ -366,6 +367,16 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _aic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
+
+
+def _differs(value, default):
+    """Whether an argument was changed from its default (an array or a callable always counts as changed)."""
+    if value is default:
+        return False
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # an array compared elementwise
+        return True
 
 
 def _real_array(value, name):
@@ -452,7 +463,7 @@ _SHARED_PARAMS_DOC = """
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
-        D-FedEM: the communication graph (``docs/graphs.md``): a name, an
+        D-FedEM: the communication graph (``docs/decentralized.md``): a name, an
         adjacency matrix, or a time-varying ``t -> W``; "erdos-renyi" draws a
         connected Erdos-Renyi(K, 0.5) graph from ``random_state`` (the FedEM paper's).
     mixing : {"fastest", "metropolis-hastings"}, default="fastest"

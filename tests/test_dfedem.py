@@ -69,6 +69,8 @@ def test_graph_options_are_checked():
         FederatedGaussianMixture(3, method="d-fedem", graph=graphs.ring(5)).fit(X)
     with pytest.raises(ValueError, match="graph=.*not used by method='fedem'"):
         FederatedGaussianMixture(3, method="fedem", graph="ring").fit(X)
+    with pytest.raises(ValueError, match="graph=.*not used by method='fedem'"):  # an array is compared as changed
+        FederatedGaussianMixture(3, method="fedem", graph=graphs.ring(4)).fit(X)
 
 
 def test_the_random_graph_follows_random_state():

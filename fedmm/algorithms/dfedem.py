@@ -37,7 +37,8 @@ MIXINGS = ("fastest", "metropolis-hastings")
 
 def mixing_schedule(graph, mixing, K, random_state):
     """``t -> W``: the mixing matrix of round ``t`` for ``graph`` (a name of :data:`GRAPHS`, an adjacency
-    matrix, or a callable ``t -> W`` already) on ``K`` clients, checked doubly stochastic."""
+    matrix, or a callable ``t -> W`` already) on ``K`` clients, checked doubly stochastic. "torus" is the
+    squarest ``rows x cols = K`` grid (a ring when ``K`` is prime)."""
     if callable(graph):
         return lambda t: graphs.check_mixing(graph(t))
     mix = {"fastest": graphs.fastest_mixing, "metropolis-hastings": graphs.metropolis_hastings}[mixing]

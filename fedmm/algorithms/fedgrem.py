@@ -292,7 +292,8 @@ OUTLIER_LEVEL = 0.01
 
 def outlier_scores(distance, N, p, level=OUTLIER_LEVEL):
     """Each client's outlier score: above 1, its estimates differ from the consensus more than the
-    clients' own spread explains, at level ``level``.
+    clients' own spread explains, at level ``level``. fedmm's test: the paper has none (its theory
+    only needs the central update to leave outliers unpooled, Sec. 2.3).
 
     ``z_kr = N_kr ||theta_tilde_kr - nu_bar_r||^2`` (distances in noise units, ``N_kr = n_k w_kr``
     the component's effective size) is about ``chi2_p`` for a client whose component ``r`` equals the
