@@ -61,6 +61,9 @@ def test_gaussian_mixtures_are_equivariant_to_scale_and_shift(method, covariance
     var_scale = scale ** 2 if covariance_type == "diag" else a ** 2
     np.testing.assert_allclose(new.covariances_, ref.covariances_ * var_scale, rtol=1e-5)
     np.testing.assert_allclose(new.center_, ref.center_ * scale + b, rtol=1e-6, atol=1e-7 * size)
+    if method == "fedgrem":  # the outlier test and the pooling work in noise units
+        np.testing.assert_allclose(new.outlier_scores_, ref.outlier_scores_, rtol=1e-5, atol=1e-9)
+        np.testing.assert_array_equal(new.pooled_, ref.pooled_)
     # Log-likelihoods move by the Jacobian only.
     np.testing.assert_allclose(new.log_likelihood_, ref.log_likelihood_ - np.log(scale).sum(), rtol=1e-6, atol=1e-6)
 
