@@ -15,6 +15,8 @@ strategy asks for (:meth:`~fedmm.algorithms.Strategy.restart`) live here once.
 """
 
 import itertools
+import sys
+import time
 import warnings
 from typing import NamedTuple
 
@@ -25,7 +27,7 @@ from .algorithms import GradientStrategy
 from .families import MixtureParams
 from .protocol import stack, take
 
-__all__ = ["MODES", "DivergenceError", "FitResult", "run_rounds", "run", "fit_restarts", "fit_weights"]
+__all__ = ["MODES", "DivergenceError", "FitResult", "Progress", "run_rounds", "run", "fit_restarts", "fit_weights"]
 
 MODES = ("batched", "per-client")
 
@@ -68,6 +70,44 @@ class FitResult(NamedTuple):
     start: int = 0
 
 
+class Progress:
+    """What a fit prints while it runs (the estimators' ``verbose``, scikit-learn's convention).
+
+    ``verbose=0`` prints nothing; ``1`` one line per run (start, restart
+    pass) when it ends; ``2`` also every ``interval`` rounds, with the
+    round's records (log-likelihood per sample, parameter change, and the
+    strategy's own, e.g. FedGrEM's penalty and pooled fraction).
+    ``offset`` is added to printed log-likelihoods per sample, so that they
+    read in the data's units when the fit runs in standard ones.
+    """
+
+    def __init__(self, verbose=0, interval=10, offset=0.0, stream=None):
+        self.verbose, self.interval, self.offset, self.stream = verbose, interval, offset, stream
+        self.label, self._since = "", 0.0
+
+    def _print(self, text):
+        print(text, file=self.stream or sys.stdout, flush=True)
+
+    def begin(self, label):
+        """A new run starts; ``label`` names it in the lines that follow."""
+        self.label, self._since = label, time.perf_counter()
+
+    def round(self, t, record):
+        if self.verbose >= 2 and t % self.interval == 0:
+            record = {**record, "log_likelihood": record["log_likelihood"] + self.offset}
+            self._print(f"  {self.label}, round {t}: " + ", ".join(f"{k} {v:.6g}" for k, v in record.items()))
+
+    def end(self, t, converged, loglik_per_sample):
+        if self.verbose >= 1:
+            state = "converged" if converged else "stopped at max_iter"
+            self._print(f"{self.label}: {state} after {t} rounds ({time.perf_counter() - self._since:.2f} s), "
+                        f"log-likelihood per sample {loglik_per_sample + self.offset:.6g}")
+
+
+#: The progress of a fit nobody watches.
+SILENT = Progress(0)
+
+
 def _clients(fn, data, mode, *trees):
     """``fn(data, *trees)`` for all clients at once, or client by client with the results stacked."""
     if mode == "batched":
@@ -80,7 +120,7 @@ def _clients(fn, data, mode, *trees):
     return stack(replies)
 
 
-def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
+def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT):
     """Rounds of ``strategy`` from ``start`` until ``max_iter`` or the stopping rule.
 
     Stops when the quantity named by ``strategy.stop_on`` changed by less
@@ -117,6 +157,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
             history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
                             **strategy.round_info(server)})
+            progress.round(t, history[-1])
             params = new
             if strategy.stop_on == "parameter_change":
                 done = change < tol
@@ -130,11 +171,12 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched"):
     _check_finite(strategy, params, loglik, t, bound)
     if strategy.ascent:
         _check_progress(strategy, start_loglik.sum(), loglik.sum())
+    progress.end(t, converged, loglik.sum() / n_k.sum())
     records = {key: np.array([h[key] for h in history]) for key in history[0]}
     return FitResult(params, t, converged, records, loglik, strategy.diagnostics(server))
 
 
-def run(strategy, family, data, start, max_iter, tol, mode="batched"):
+def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT):
     """Rounds from ``start``, then the further passes the strategy asks for.
 
     After each pass the engine asks :meth:`~fedmm.algorithms.Strategy.restart`
@@ -143,21 +185,24 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched"):
     :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
     refuse, settles the mixed state with one more pass.
     """
-    result = run_rounds(strategy, family, data, start, max_iter, tol, mode)
+    result = run_rounds(strategy, family, data, start, max_iter, tol, mode, progress)
+    label = progress.label
     for attempt in itertools.count(1):
         proposal = strategy.restart(result, attempt)
         if proposal is None:
             break
         restart, fresh = proposal
         restart = restart._replace(weights=fit_weights(family, data, restart, fresh, max_iter, tol))
-        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode)
+        progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
+        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode, progress)
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
             break
         passes = [result, trial]
         if not keep.all():
+            progress.begin(f"{label}, restart pass {attempt} settled")
             passes.append(run_rounds(strategy, family, data, trial.params.where(keep, result.params), max_iter, tol,
-                                     mode))
+                                     mode, progress))
         final = passes[-1]
         result = final._replace(n_iter=sum(p.n_iter for p in passes),
                                 history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
@@ -165,7 +210,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched"):
     return result
 
 
-def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched"):
+def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", progress=SILENT):
     """Run from every start and keep the best log-likelihood.
 
     Per-client strategies fit independent problems, so each client keeps its
@@ -175,7 +220,10 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched"):
     ``n_iter`` and ``converged`` describe the runs that were kept; the rest
     is the run with the best total.
     """
-    runs = [run(strategy, family, data, start, max_iter, tol, mode) for start in starts]
+    runs = []
+    for i, start in enumerate(starts):
+        progress.begin(f"start {i + 1} of {len(starts)}")
+        runs.append(run(strategy, family, data, start, max_iter, tol, mode, progress))
     loglik = np.stack([r.loglik for r in runs])                     # (n_starts, K)
     best_total = 0
     for i, candidate in enumerate(runs[1:], start=1):

@@ -23,7 +23,7 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
-from .engine import fit_restarts, fit_weights
+from .engine import Progress, fit_restarts, fit_weights
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
@@ -58,13 +58,15 @@ _SHARED_CONSTRAINTS = {
     "mixing": P.one_of(*MIXINGS),
     "n_gossip": P.integer(1),
     "backend": P.one_of(*BACKENDS),
+    "verbose": P.integer(0),
+    "verbose_interval": P.integer(1),
     "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1),
                              P.instance(np.random.RandomState, text="a numpy RandomState")),
 }
 #: What each estimator's initial values may be before they meet the data (shapes are checked against it).
 _ARRAY_OR_NONE = P.any_of(P.none, P.instance(list, tuple, np.ndarray, text="an array-like"))
 
-__all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression"]
+__all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "ClientMixture"]
 
 
 class _FederatedMixture(BaseEstimator, ABC):
@@ -172,6 +174,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         data = units.transform(data)
         data = data.with_X(family.design(data.X))
         user = self._user_start(family, units, data.n_clients, self.n_features_in_)
+        jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         self.penalty_selection_ = None
         if auto:
             train_starts = []
@@ -186,7 +189,8 @@ class _FederatedMixture(BaseEstimator, ABC):
             options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
             strategy = make_strategy(self.method, **options)
 
-        result, alignment = self._estimate(family, data, strategy, rng, user)
+        progress = Progress(self.verbose, self.verbose_interval, jacobian)
+        result, alignment = self._estimate(family, data, strategy, rng, user, progress=progress)
         params = family.to_original(result.params, units)
 
         self._family = family
@@ -197,7 +201,6 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.alignment_ = alignment
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
-        jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
         self.log_likelihood_ = result.loglik / data.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / data.n_samples.sum() + jacobian
@@ -215,10 +218,11 @@ class _FederatedMixture(BaseEstimator, ABC):
         return make_starts(family, strategy, data, self.n_components, init=self.init, n_init=self.n_init,
                            max_iter=self.max_iter, tol=self.tol, alignment=self.alignment, random_state=rng, user=user)
 
-    def _estimate(self, family, data, strategy, rng, user, starts=None):
+    def _estimate(self, family, data, strategy, rng, user, starts=None, progress=None):
         """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
         starts = self._starts(family, data, strategy, rng, user) if starts is None else starts
-        result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol)
+        result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol,
+                              progress=progress or Progress())
         alignment = starts[result.start][1]
         if strategy.per_client and self.alignment is not None and data.n_clients > 1:
             # Independent clients label their components in any order; relabel the final
@@ -238,18 +242,41 @@ class _FederatedMixture(BaseEstimator, ABC):
         self._center = (center, np.median(params.scale, axis=0))
 
     def _personalize(self, X, y):
-        """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2)."""
+        """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2):
+        one :class:`ClientMixture` per new client."""
         check_is_fitted(self, "params_")
         many = isinstance(X, (list, tuple))
         data = FederatedData.from_input(X if many else [X], y if many or y is None else [y],
                                         n_features=self.n_features_in_, require_y=self._family.needs_y)
+        self._check_feature_names(data.feature_names)
         data = data.with_X(self._family.design(data.X))
         center, scale = self._center
         K, R = data.n_clients, self.n_components
         params = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(center, (K,) + center.shape),
                                np.broadcast_to(scale, (K,) + scale.shape))
         weights = fit_weights(self._family, data, params, max_iter=self.max_iter, tol=self.tol)
-        return weights if many else weights[0]
+        clients = [ClientMixture(self, params._replace(weights=weights).take([k])) for k in range(K)]
+        return clients if many else clients[0]
+
+    def _client_params(self, client):
+        """One client's parameters (K = 1): a fitted client's id, a :class:`ClientMixture` of this model, or
+        None when the model has a single client."""
+        check_is_fitted(self, "params_")
+        if isinstance(client, ClientMixture):
+            if client.model is not self:
+                raise ValueError("This ClientMixture belongs to another model: use it with the model whose "
+                                 "personalize() made it.")
+            return client.params_
+        if client is None:
+            if self.n_clients_ > 1:
+                raise ValueError(f"The model has {self.n_clients_} clients: say whose mixture with client=<id> "
+                                 "(or a ClientMixture from personalize).")
+            return self.params_
+        return self.params_.take(self._client_index([self._check_client_id(client)]))
+
+    def _sample_labels(self, params, n_samples):
+        P.validate({"n_samples": n_samples}, {"n_samples": P.integer(1)})
+        return self._family.sample_labels(params.weights[0], n_samples, check_random_state(self.random_state))
 
     # --- evaluation on (new) data of fitted clients ------------------------------------
 
@@ -265,26 +292,27 @@ class _FederatedMixture(BaseEstimator, ABC):
         if client is not None:
             if isinstance(X, (list, tuple)):
                 raise ValueError("client= goes with one array X, not a list of client arrays.")
-            index = self._client_index([self._check_client_id(client)])
+            params = self._client_params(client)
+            ids = None if isinstance(client, ClientMixture) else np.array([client], dtype=self.client_ids_.dtype)
             data = FederatedData.from_input([X], None if y is None else [y], n_features=d, require_y=require_y,
-                                            client_ids=self.client_ids_[index])
+                                            client_ids=ids)
             unpack = lambda values: values  # noqa: E731
         elif isinstance(X, (list, tuple)):
             if len(X) != self.n_clients_:
                 raise ValueError(f"Got {len(X)} client arrays but the model was fitted on {self.n_clients_} "
                                  "clients; pass all of them in order, or one array with client=.")
             data = FederatedData.from_input(X, y, n_features=d, require_y=require_y, client_ids=self.client_ids_)
-            index = np.arange(self.n_clients_)
+            params = self.params_
             unpack = data.split
         elif groups is None:
             raise ValueError("Pass a list with one array per client, or one array with client=<id> "
                              "(whose parameters to use) or groups=<client id of each row>.")
         else:
             data = FederatedData.from_input(X, y, groups, n_features=d, require_y=require_y)
-            index = self._client_index(data.client_ids)
+            params = self.params_.take(self._client_index(data.client_ids))
             unpack = data.to_caller_order
         self._check_feature_names(data.feature_names)
-        return data.with_X(self._family.design(data.X)), self.params_.take(index), unpack
+        return data.with_X(self._family.design(data.X)), params, unpack
 
     def _check_client_id(self, client):
         """One client id of the kind the fitted ids are (``True`` is not client 1, nor is ``1.0``)."""
@@ -369,6 +397,56 @@ class _FederatedMixture(BaseEstimator, ABC):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
 
 
+class ClientMixture:
+    """The mixture of one client that was not among the fitted ones, made by ``model.personalize``.
+
+    Its components are the model's consensus (``center_`` and the clients'
+    median variances), its proportions its own (FedEM Sec. 2.2 and 3.2: a
+    client unseen at training fits only its proportions, with no round with
+    the others). It evaluates through the model that made it: every method
+    below is the model's own with ``client=`` this object, and the object
+    itself can be passed as ``client=`` to the model.
+
+    Attributes
+    ----------
+    model : FederatedGaussianMixture or FederatedMixtureRegression
+    params_ : MixtureParams
+        The client's parameters in the data's units (leading client axis of length 1).
+    weights_ : ndarray of shape (n_components,)
+    """
+
+    def __init__(self, model, params):
+        self.model = model
+        self.params_ = params
+
+    @property
+    def weights_(self):
+        return self.params_.weights[0]
+
+    def __repr__(self):
+        return f"ClientMixture(weights_={np.round(self.weights_, 3).tolist()})"
+
+    def predict(self, *args):
+        """``model.predict(*args, client=self)``."""
+        return self.model.predict(*args, client=self)
+
+    def predict_proba(self, *args):
+        """``model.predict_proba(*args, client=self)``."""
+        return self.model.predict_proba(*args, client=self)
+
+    def score_samples(self, *args):
+        """``model.score_samples(*args, client=self)``."""
+        return self.model.score_samples(*args, client=self)
+
+    def score(self, *args):
+        """``model.score(*args, client=self)``."""
+        return self.model.score(*args, client=self)
+
+    def sample(self, *args):
+        """``model.sample(*args, client=self)``."""
+        return self.model.sample(*args, client=self)
+
+
 def _differs(value, default):
     """Whether an argument was changed from its default (an array or a callable always counts as changed)."""
     if value is default:
@@ -399,7 +477,7 @@ def _log_jacobian(units, conditional):
 
 
 _SHARED_PARAMS_DOC = """
-    method : {"fedgrem", "fedem", "d-fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="local-em"
+    method : {"fedgrem", "fedem", "d-fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="fedgrem"
         The estimation strategy (``docs/methods.md``): FedGrEM (robust,
         adaptive federated gradient EM, ``docs/fedgrem.md``), FedEM (shared
         components), TGMM (shrinkage towards the other clients' starts), or
@@ -474,6 +552,13 @@ _SHARED_PARAMS_DOC = """
         Kernels for the E-step (``docs/performance.md``): Numba's fused
         parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
         CuPy for at least 1e6 samples when a GPU is present, Numba otherwise.
+    verbose : int, default=0
+        0 prints nothing; 1 one line per run (start, FedGrEM's restart passes)
+        with its rounds, time and log-likelihood per sample; 2 also every
+        ``verbose_interval`` rounds, with the round's records (as in
+        ``history_``).
+    verbose_interval : int, default=10
+        Rounds between printed lines at ``verbose=2``.
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """
@@ -574,11 +659,12 @@ class FederatedGaussianMixture(_FederatedMixture):
                               "reg_covar": P.real(0.0, np.inf, high_open=True), "weights_init": _ARRAY_OR_NONE,
                               "means_init": _ARRAY_OR_NONE}
 
-    def __init__(self, n_components=1, *, method="local-em", covariance_type="diag", n_init=1,
+    def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1,
-                 reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", random_state=None):
+                 reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
+                 random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -602,6 +688,8 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.weights_init = weights_init
         self.means_init = means_init
         self.backend = backend
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
         self.random_state = random_state
 
     def _make_family(self, backend):
@@ -614,7 +702,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.center_ = self._center[0]
 
     def personalize(self, X):
-        """Mixing proportions of clients unseen at training, components fixed at ``center_``.
+        """The mixture of a client unseen at training: its own proportions, components fixed at ``center_``.
 
         EM on the proportions only (FedEM Sec. 2.2 / 3.2): the new client
         needs no round with the others.
@@ -625,9 +713,33 @@ class FederatedGaussianMixture(_FederatedMixture):
 
         Returns
         -------
-        ndarray of shape (n_components,), or (n_new_clients, n_components) for a list
+        ClientMixture, or a list of them for a list
+            ``weights_`` holds the proportions; ``predict``, ``predict_proba``,
+            ``score_samples``, ``score`` and ``sample`` evaluate the new client
+            (also as ``model.predict(X, client=new_client)``).
         """
         return self._personalize(X, None)
+
+    def sample(self, n_samples=1, client=None):
+        """Draw from one client's mixture.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+        client : client id or ClientMixture, optional
+            Whose mixture; may be left out when the model has one client.
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+            In the data's units, in random order (scikit-learn sorts by component).
+        labels : ndarray of shape (n_samples,)
+            The component each sample came from.
+        """
+        params = self._client_params(client)
+        labels = self._sample_labels(params, n_samples)
+        return self._family.sample(params.theta[0], params.scale[0], labels,
+                                   check_random_state(self.random_state)), labels
 
     def fit(self, X, y=None, groups=None):
         """Estimate every client's mixture.
@@ -739,11 +851,12 @@ class FederatedMixtureRegression(_FederatedMixture):
     _method_options = _FederatedMixture._method_options + ("precondition",)
     _gradient_options = ("precondition",)
 
-    def __init__(self, n_components=1, *, method="local-em", fit_intercept=True, noise_variance="component",
+    def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
-                 n_gossip=1, weights_init=None, coef_init=None, backend="auto", random_state=None):
+                 n_gossip=1, weights_init=None, coef_init=None, backend="auto", verbose=0, verbose_interval=10,
+                 random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -768,6 +881,8 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.backend = backend
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
         self.random_state = random_state
 
     def _make_family(self, backend):
@@ -784,7 +899,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.center_intercept_ = center[:, d] if self.fit_intercept else np.zeros(len(center))
 
     def personalize(self, X, y):
-        """Mixing proportions of clients unseen at training, components fixed at the centre.
+        """The mixture of a client unseen at training: its own proportions, components fixed at the centre.
 
         EM on the proportions only (FedEM Sec. 2.2 / 3.2).
 
@@ -795,9 +910,39 @@ class FederatedMixtureRegression(_FederatedMixture):
 
         Returns
         -------
-        ndarray of shape (n_components,), or (n_new_clients, n_components) for a list
+        ClientMixture, or a list of them for a list
+            ``weights_`` holds the proportions; ``predict``, ``predict_proba``,
+            ``score_samples``, ``score`` and ``sample`` evaluate the new client.
         """
         return self._personalize(X, y)
+
+    def fit_predict(self, X, y, groups=None):
+        """Fit, then return the most probable component of every training pair ``(x, y)``."""
+        proba = self.fit(X, y, groups=groups).predict_proba(X, y, groups=groups)
+        return [p.argmax(axis=1) for p in proba] if isinstance(proba, list) else proba.argmax(axis=1)
+
+    def sample(self, X, client=None):
+        """Draw responses for the features ``X`` from one client's mixture of regressions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+        client : client id or ClientMixture, optional
+            Whose mixture; may be left out when the model has one client.
+
+        Returns
+        -------
+        y : ndarray of shape (n,)
+            In the data's units.
+        labels : ndarray of shape (n,)
+            The component each response came from.
+        """
+        params = self._client_params(client)
+        data = FederatedData.from_input([X], None, n_features=self.n_features_in_, require_y=False)
+        self._check_feature_names(data.feature_names)
+        labels = self._sample_labels(params, len(data.X))
+        return self._family.sample(params.theta[0], params.scale[0], labels, check_random_state(self.random_state),
+                                   X=self._family.design(data.X)), labels
 
     def fit(self, X, y, groups=None):
         """Estimate every client's mixture of regressions.

@@ -86,10 +86,10 @@ def test_mor_coef_init_with_intercept():
 
 def test_local_methods_report_aligned_labels_and_the_permutations():
     X, truth = make_federated_gmm(5, 300, centers=CENTERS, h=0.3, random_state=7)
-    gm = FederatedGaussianMixture(4, n_init=2, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(4, method="local-em", n_init=2, random_state=0).fit(X)
     assert gm.alignment_.perms.shape == (5, 4) and gm.alignment_.method == "consensus"
     assert np.linalg.norm(gm.means_ - gm.means_[0], axis=-1).max() < 2.0
-    raw = FederatedGaussianMixture(4, n_init=2, random_state=0, alignment=None).fit(X)
+    raw = FederatedGaussianMixture(4, method="local-em", n_init=2, random_state=0, alignment=None).fit(X)
     # Same estimates, relabelled by the recorded permutations.
     np.testing.assert_allclose(raw.params_.permute(gm.alignment_.perms).theta, gm.means_)
     assert raw.alignment_ is None

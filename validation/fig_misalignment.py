@@ -33,7 +33,7 @@ def main(argv=None):
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs/img/misalignment.png"))
     args = parser.parse_args(argv)
     X, truth = make_federated_gmm(10, 200, centers=CENTERS, h=0.3, random_state=0)
-    fits = {name: FederatedGaussianMixture(3, alignment=alignment, random_state=0).fit(X)
+    fits = {name: FederatedGaussianMixture(3, method="local-em", alignment=alignment, random_state=0).fit(X)
             for name, alignment in [("as estimated", None), ("aligned (consensus)", "consensus")]}
 
     import matplotlib

@@ -152,6 +152,15 @@ class Family(ABC):
     def initial_resp(self, X, y, n_components, random_state):
         """Starting responsibilities (n, R) for one client's (or the pooled) data."""
 
+    def sample_labels(self, weights, n, random_state):
+        """``n`` component labels drawn from one client's proportions ``weights`` (R,)."""
+        return random_state.choice(len(weights), size=n, p=weights / weights.sum())
+
+    @abstractmethod
+    def sample(self, theta, scale, labels, random_state, X=None):
+        """One client's draws given component ``labels`` (n,): features for a Gaussian mixture, responses
+        given the design ``X`` for a regression; ``theta`` (R, p) and ``scale`` (R, s) of that client."""
+
     @abstractmethod
     def n_parameters(self, n_components, n_features):
         """Free parameters of one mixture, mixing proportions included."""

@@ -128,6 +128,11 @@ class GaussianFamily(Family):
                         random_state=random_state).fit(X).labels_
         return one_hot(labels, n_components)
 
+    def sample(self, theta, scale, labels, random_state, X=None):
+        """``x = mu_r + sigma_r * z``, ``z ~ N(0, I)``, for each label ``r`` (variances per coordinate or one)."""
+        z = random_state.standard_normal((len(labels), theta.shape[-1]))
+        return theta[labels] + np.sqrt(scale[labels]) * z
+
     def n_parameters(self, n_components, n_features):
         var = {"identity": 0, "spherical": n_components, "diag": n_components * n_features}
         return n_components * n_features + var[self.covariance_type] + n_components - 1

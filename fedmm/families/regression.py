@@ -184,6 +184,11 @@ class RegressionFamily(Family):
         """A random partition of the samples, as mixreg and flexmix start."""
         return one_hot(random_state.randint(n_components, size=len(X)), n_components)
 
+    def sample(self, theta, scale, labels, random_state, X=None):
+        """``y = x^T theta_r + sigma_r e``, ``e ~ N(0, 1)``, for each row of the design ``X`` and its label ``r``."""
+        mean = np.einsum("np,np->n", X, theta[labels])
+        return mean + np.sqrt(scale[labels, 0]) * random_state.standard_normal(len(labels))
+
     def n_parameters(self, n_components, n_features):
         noise = {"shared": 1, "component": n_components}.get(self.noise_variance, 0)
         return n_components * self.param_dim(n_features) + noise + n_components - 1
