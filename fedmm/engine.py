@@ -26,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .algorithms import GradientStrategy
 from .families import MixtureParams
 from .protocol import stack, take
+from .tuning import first_best
 
 __all__ = ["MODES", "DivergenceError", "FitResult", "Progress", "run_rounds", "run", "fit_restarts", "fit_weights"]
 
@@ -230,7 +231,7 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", 
         if strategy.better_run(runs[best_total], candidate, data.n_samples):
             best_total = i
     K = data.n_clients
-    choice = np.argmax(loglik, axis=0) if strategy.per_client else np.full(K, best_total)
+    choice = first_best(loglik, axis=0) if strategy.per_client else np.full(K, best_total)
     clients = np.arange(K)
     params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
     kept = [runs[i] for i in np.unique(choice)]

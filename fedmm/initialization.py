@@ -47,7 +47,7 @@ from .algorithms.local import LocalEM
 from .engine import fit_restarts, fit_weights
 from .families import MixtureParams, pool_stats
 from .families._base import one_hot
-from .tuning import TRIM, kept_clients
+from .tuning import TRIM, first_best, kept_clients
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
@@ -162,7 +162,7 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
             subset = data
         start = family_start(family, subset, n_components, random_state, pooled=True).take([0]).broadcast(K)
         candidates.append(concentrate(start, CANDIDATE_STEPS))
-    best = max(candidates, key=lambda c: c[1])[0]
+    best = candidates[first_best([score for _, score in candidates])][0]
     best, _ = concentrate(best, max_iter)
     return best._replace(weights=fit_weights(family, data, best, max_iter=max_iter, tol=tol))
 

@@ -23,7 +23,7 @@ data with the chosen ``C``.
 
 import numpy as np
 
-__all__ = ["PENALTY_GRID", "TRIM", "kept_clients", "holdout_split", "trimmed_mean", "select_penalty",
+__all__ = ["PENALTY_GRID", "TRIM", "kept_clients", "first_best", "holdout_split", "trimmed_mean", "select_penalty",
            "one_standard_error"]
 
 #: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
@@ -31,6 +31,19 @@ PENALTY_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 #: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
 #: that up to this fraction of outlier clients cannot decide.
 TRIM = 0.2
+
+
+def first_best(scores, axis=0):
+    """Index of the first highest score along ``axis``, scores within ``1e-9`` (relative) of the highest
+    counting as ties.
+
+    Starts that reach the same optimum, labelled differently, score equal up to rounding, and rounding
+    depends on the data's units; a tie keeps the earlier start, so the choice, and with it the labels,
+    follows a change of units.
+    """
+    scores = np.asarray(scores, dtype=float)
+    top = scores.max(axis=axis, keepdims=True)
+    return np.argmax(scores >= top - 1e-9 * (1.0 + np.abs(top)), axis=axis)
 
 
 def kept_clients(values, trim):

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import PENALTY_GRID, holdout_split, trimmed_mean
+from fedmm.tuning import PENALTY_GRID, first_best, holdout_split, trimmed_mean
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -50,3 +50,10 @@ def test_auto_penalty_pools_alike_clients_more_than_different_ones():
         chosen[h] = table["C"][np.argmax(table["score"])]
         assert chosen[h] < PENALTY_GRID[-1]
     assert chosen[0.0] > chosen[4.0]
+
+
+def test_first_best_keeps_the_earlier_of_ties_up_to_rounding():
+    assert first_best([-3.0, -3.0 + 1e-13, -5.0]) == 0
+    assert first_best([-3.0, -2.9]) == 1
+    scores = np.array([[1.0, 2.0], [1.0 + 1e-12, 1.0]])  # (starts, clients)
+    np.testing.assert_array_equal(first_best(scores, axis=0), [0, 0])

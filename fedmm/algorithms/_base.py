@@ -13,6 +13,7 @@ import numpy as np
 
 from ..families import MixtureParams
 from ..protocol import Broadcast, ClientMessage, ClientState
+from ..tuning import first_best
 
 __all__ = ["Strategy", "GradientStrategy", "em_update", "grem_update", "step_sizes", "ETA_RULES"]
 
@@ -141,8 +142,8 @@ class Strategy(ABC):
 
     def better_run(self, best, candidate, n_k):
         """Whether the run from a later start (:class:`fedmm.engine.FitResult`) replaces the best so far:
-        a higher total log-likelihood."""
-        return candidate.loglik.sum() > best.loglik.sum()
+        a higher total log-likelihood (a tie up to rounding keeps the earlier run)."""
+        return first_best([best.loglik.sum(), candidate.loglik.sum()]) == 1
 
     # --- restarts (called by the engine after a run) -------------------------------------
 
