@@ -234,12 +234,12 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _set_center(self, family, params, center, units):
         """The consensus parameters: the strategy's (FedGrEM's ``nu_bar``, the shared estimate of FedEM and
         the pooled methods), else the coordinate-wise median of the (aligned) client estimates. Variances of
-        the centre are the clients' coordinate-wise median."""
+        the centre: ``family.center_scale``, the clients' median."""
         if center is None:
             center = np.median(params.theta, axis=0)
         else:
             center = family.to_original(MixtureParams(None, center[None], params.scale[:1]), units).theta[0]
-        self._center = (center, np.median(params.scale, axis=0))
+        self._center = (center, family.center_scale(params.scale))
 
     def _personalize(self, X, y):
         """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2):
@@ -372,26 +372,47 @@ class _FederatedMixture(BaseEstimator, ABC):
         _, _, log_resp, unpack = self._log_resp(X, y, client, groups)
         return unpack(np.exp(log_resp))
 
-    def _information_criterion(self, X, y, client, groups, penalty):
-        """``-2 loglik + penalty(n) * (number of parameters)`` over the given clients.
+    def _information_criterion(self, X, y, client, groups, penalty, classification=False):
+        """``-2 loglik + penalty(n) * n_parameters`` over the given clients (:meth:`_n_parameters`); with
+        ``classification``, ICL: plus ``-2 sum_i log t_i`` for the posterior ``t_i`` of each sample's most
+        probable component (mclust's ICL, Biernacki et al. 2000), the entropy of the hard classification."""
+        data, log_norm, log_resp, _ = self._log_resp(X, y, client, groups)
+        index = None if isinstance(client, ClientMixture) else self._client_index(data.client_ids)
+        value = -2.0 * log_norm.sum() + penalty(len(log_norm)) * self._n_parameters(index)
+        return value - 2.0 * log_resp.max(axis=1).sum() if classification else value
 
-        Mixing proportions count once per client (once in all for pooled
-        methods); component parameters once per client, or once in all for
-        the methods that share them (pooled, FedEM). For FedGrEM and TGMM,
-        whose clients keep their own but pulled-together parameters, this is
-        an upper bound on the effective number of parameters.
+    def _n_parameters(self, index):
+        """Free parameters of the fitted clients in ``index`` (None: one new client, ``personalize``).
+
+        Mixing proportions count ``R - 1`` per client (once in all for the
+        pooled methods). Component ``r``'s parameters (and its variances)
+        count once per distinct value among the clients: once in all for the
+        methods that share components (pooled, FedEM), once per client for the
+        others, and for FedGrEM once for the consensus, if any client's
+        component ``r`` sits on it (``pooled_``), plus once per client whose
+        component ``r`` does not. Variances shared by a client's components (a
+        tied covariance, a shared noise variance) count once per client, or once
+        in all where components are shared. A new client adds its proportions only.
         """
-        data, log_norm, _, _ = self._log_resp(X, y, client, groups)
-        strategy = METHODS[self.method]
-        K, R = data.n_clients, self.n_components
-        per_mixture = self._family.n_parameters(R, self.n_features_in_)
-        weight_sets = 1 if strategy.shared else K
-        component_sets = 1 if strategy.shares_components else K
-        n_params = weight_sets * (R - 1) + component_sets * (per_mixture - (R - 1))
-        return -2.0 * log_norm.sum() + penalty(len(log_norm)) * n_params
+        strategy, R, d = METHODS[self.method], self.n_components, self.n_features_in_
+        client_scale = self._family.n_client_scale_parameters(R, d)
+        per_component = (self._family.n_parameters(R, d) - (R - 1) - client_scale) / R
+        if index is None:
+            return R - 1
+        K = len(index)
+        if hasattr(self, "pooled_"):
+            pooled = self.pooled_[index]
+            sets = (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
+        else:
+            sets = np.full(R, 1 if strategy.shares_components else K)
+        scale_sets = 1 if strategy.shares_components else K
+        return (1 if strategy.shared else K) * (R - 1) + per_component * sets.sum() + client_scale * scale_sets
 
     def _bic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, np.log)
+
+    def _icl(self, X, y, client, groups):
+        return self._information_criterion(X, y, client, groups, np.log, classification=True)
 
     def _aic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
@@ -621,15 +642,18 @@ class FederatedGaussianMixture(_FederatedMixture):
     n_components : int, default=1
         Number of mixture components ``R``.
     {_SHARED_PARAMS_DOC.strip()}
-    covariance_type : {{"identity", "spherical", "diag"}}, default="diag"
-        ``"diag"`` and ``"spherical"`` estimate per-component variances (an
-        extension beyond the paper's theory), as a scikit-learn or mclust user
-        expects on real data; ``"identity"`` is the model of FedGrEM eq. (4),
-        unit variances in the data's own units, under which its theory holds
-        (``docs/units.md``).
+    covariance_type : {{"identity", "spherical", "diag", "tied", "full"}}, default="diag"
+        ``"diag"``, ``"spherical"``, ``"full"`` (any covariance per component)
+        and ``"tied"`` (one covariance per client, shared by its components)
+        estimate them as scikit-learn's ``GaussianMixture`` does (an extension
+        beyond the paper's theory; ``docs/models.md``); ``"identity"`` is the
+        model of FedGrEM eq. (4), unit variances in the data's own units, under
+        which its theory holds (``docs/units.md``).
     reg_covar : float, default=1e-6
-        Added to estimated variances, in standard units (a fraction of each
-        feature's pooled variance), so that it does not depend on the data's units.
+        Added to estimated variances (the diagonal of full and tied
+        covariances), in standard units (a fraction of each feature's pooled
+        variance, of the whitened pooled covariance for full and tied), so that
+        it does not depend on the data's units.
     weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
         Initial mixing proportions (uniform by default when ``means_init`` is given).
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
@@ -641,7 +665,12 @@ class FederatedGaussianMixture(_FederatedMixture):
     means_ : ndarray of shape (n_clients, n_components, n_features)
     covariances_ : ndarray
         Shape (n_clients, n_components) for "identity" (all ones) and
-        "spherical", (n_clients, n_components, n_features) for "diag".
+        "spherical", (n_clients, n_components, n_features) for "diag",
+        (n_clients, n_components, n_features, n_features) for "full",
+        (n_clients, n_features, n_features) for "tied".
+    precisions_cholesky_ : ndarray
+        scikit-learn's, per client: ``1 / sigma`` for "spherical" and "diag",
+        the upper-triangular ``P`` with ``Sigma^{-1} = P P^T`` for "full" and "tied".
 
     Examples
     --------
@@ -697,8 +726,12 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     def _publish(self, params):
         self.means_ = params.theta
+        K, R, d = params.theta.shape
         scale = params.scale
-        self.covariances_ = scale if self.covariance_type == "diag" else scale[..., 0]
+        kind = self.covariance_type
+        self.covariances_ = scale if kind == "diag" else scale.reshape(K, R, d, d) if kind == "full" else \
+            scale[:, 0].reshape(K, d, d) if kind == "tied" else scale[..., 0]
+        self.precisions_cholesky_ = self._family.precisions_cholesky(scale)
         self.center_ = self._center[0]
 
     def personalize(self, X):
@@ -792,9 +825,15 @@ class FederatedGaussianMixture(_FederatedMixture):
         """Bayesian information criterion of the given clients' data (lower is better).
 
         Parameter counts: see ``docs/models.md`` (per client for the local
-        methods, once for the pooled ones, shared components for FedEM).
+        methods, once for the pooled ones, shared components for FedEM, and
+        for FedGrEM once per component on the consensus plus once per client
+        component off it).
         """
         return self._bic(X, None, client, groups)
+
+    def icl(self, X, client=None, groups=None):
+        """Integrated completed likelihood (BIC plus twice the classification entropy; lower is better)."""
+        return self._icl(X, None, client, groups)
 
     def aic(self, X, client=None, groups=None):
         """Akaike information criterion of the given clients' data (lower is better)."""
@@ -991,6 +1030,10 @@ class FederatedMixtureRegression(_FederatedMixture):
     def bic(self, X, y, client=None, groups=None):
         """Bayesian information criterion of the given clients' data (lower is better)."""
         return self._bic(X, y, client, groups)
+
+    def icl(self, X, y, client=None, groups=None):
+        """Integrated completed likelihood (BIC plus twice the classification entropy; lower is better)."""
+        return self._icl(X, y, client, groups)
 
     def aic(self, X, y, client=None, groups=None):
         """Akaike information criterion of the given clients' data (lower is better)."""

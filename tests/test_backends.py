@@ -30,8 +30,12 @@ def problems(draw):
         weights[:, 0] = 1e-300  # a nearly empty component
         weights /= weights.sum(axis=1, keepdims=True)
     theta = scale * rng.randn(K, R, d)
-    s = draw(st.sampled_from([1, d]))
-    variances = rng.uniform(0.5, 2.0, size=(K, R, s)) * scale ** 2
+    s = draw(st.sampled_from([1, d, d * d]))
+    if s == d * d:  # full covariances, positive definite with condition numbers up to ~20
+        A = rng.randn(K, R, d, d)
+        variances = (A @ np.swapaxes(A, -1, -2) / d + 0.2 * np.eye(d)).reshape(K, R, s) * scale ** 2
+    else:
+        variances = rng.uniform(0.5, 2.0, size=(K, R, s)) * scale ** 2
     dtype = draw(st.sampled_from([np.float64, np.float32]))
     return X.astype(dtype), y.astype(dtype), offsets, weights, theta, variances
 
@@ -45,7 +49,7 @@ def _assert_close(a, b, what):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(y).max()), err_msg=what)
 
 
-@given(problems(), st.sampled_from(["none", "coordinates", "total"]))
+@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]))
 def test_numba_gaussian_agrees_with_the_reference(problem, squares):
     X, _, offsets, w, mu, var = problem
     _assert_close(numba_kernels.gaussian_estep(X, offsets, w, mu, var, squares),
@@ -74,8 +78,12 @@ def test_array_module_path_agrees_with_the_reference(seed, dtype):
     w = rng.dirichlet(np.ones(4), size=3)
     theta = 2 * rng.randn(3, 4, 3)
     var = rng.uniform(0.5, 2.0, (3, 4, 3))
+    A = rng.randn(3, 4, 3, 3)
+    full = (A @ np.swapaxes(A, -1, -2) / 3 + 0.5 * np.eye(3)).reshape(3, 4, 9)
     for name, args in [("gaussian_estep", (X, offsets, w, theta, var, "coordinates")),
                        ("gaussian_estep", (X, offsets, w, theta, var[..., :1], "total")),
+                       ("gaussian_estep", (X, offsets, w, theta, full, "outer")),
+                       ("gaussian_log_resp", (X, offsets, w, theta, full)),
                        ("gaussian_log_resp", (X, offsets, w, theta, var)),
                        ("regression_estep", (X, y, offsets, w, theta, var[..., :1])),
                        ("regression_log_resp", (X, y, offsets, w, theta, var[..., :1]))]:

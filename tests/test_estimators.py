@@ -21,8 +21,9 @@ COEFS = np.array([[4.0, 0.0, -2.0], [-3.0, 3.0, 1.0]])
 
 # --- agreement with scikit-learn ----------------------------------------------------
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
-def test_one_client_local_em_agrees_with_sklearn(covariance_type):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag", "tied", "full"])
+def test_one_client_local_em_agrees_with_sklearn(covariance_type, backend):
     """Same model, same MLE: with both run to tol=1e-10 the only gap left is the stopping error.
 
     Near the optimum EM contracts linearly at rate < 1 (well-separated components: close to 0),
@@ -31,13 +32,15 @@ def test_one_client_local_em_agrees_with_sklearn(covariance_type):
     """
     X, _ = make_federated_gmm(1, 600, centers=WELL_SEPARATED, random_state=1)
     ours = FederatedGaussianMixture(3, covariance_type=covariance_type, tol=1e-10, max_iter=1000,
-                                    random_state=0).fit(X)
+                                    backend=backend, random_state=0).fit(X)
     ref = GaussianMixture(3, covariance_type=covariance_type, tol=1e-10, max_iter=1000,
                           random_state=0).fit(X[0])
     perm = best_permutation(ours.means_[0], ref.means_)
     np.testing.assert_allclose(ours.means_[0][perm], ref.means_, atol=1e-4)
     np.testing.assert_allclose(ours.weights_[0][perm], ref.weights_, atol=1e-4)
-    np.testing.assert_allclose(ours.covariances_[0][perm], ref.covariances_, rtol=1e-3)
+    tied = covariance_type == "tied"  # one matrix per client, nothing to permute
+    for ours_, ref_ in [(ours.covariances_, ref.covariances_), (ours.precisions_cholesky_, ref.precisions_cholesky_)]:
+        np.testing.assert_allclose(ours_[0] if tied else ours_[0][perm], ref_, rtol=1e-3, atol=1e-4)
     assert ours.score(X[0], client=0) == pytest.approx(ref.score(X[0]), abs=1e-8)
     assert ours.bic(X) == pytest.approx(ref.bic(X[0]), rel=1e-8)
 
@@ -48,6 +51,32 @@ def _bound(n_r, d):
     """4 sqrt(d / n_r): ||mean of n_r N(0, I_d) draws|| exceeds it with probability
     P(chi2_d > 16 d) < 1e-6 for d >= 2; the components are far apart, so overlap bias is negligible."""
     return 4.0 * np.sqrt(d / n_r)
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "tied"])
+@pytest.mark.parametrize("method", ["local-em", "fedgrem"])
+def test_known_full_covariances_are_recovered(method, covariance_type):
+    """Correlated components; each covariance entry's estimate has sd ``sqrt((S_jj S_ll + S_jl^2) / n_r)``.
+    The tolerance is 5 such sd at the component's own sample size (FedGrEM pools and does better)."""
+    rng = np.random.RandomState(4)
+    A = rng.randn(3, 2, 2)
+    cov = A @ np.swapaxes(A, 1, 2) + 0.3 * np.eye(2)
+    if covariance_type == "tied":
+        cov[:] = cov[0]
+    n = 1500
+    X = []
+    for _ in range(3):
+        z = rng.randint(3, size=n)
+        X.append(3 * WELL_SEPARATED[z] + np.einsum("nij,nj->ni", np.linalg.cholesky(cov)[z], rng.randn(n, 2)))
+    gm = FederatedGaussianMixture(3, method=method, covariance_type=covariance_type, random_state=0).fit(X)
+    tied = covariance_type == "tied"
+    variances = np.diagonal(cov, axis1=1, axis2=2)
+    sd = np.sqrt((variances[:, :, None] * variances[:, None, :] + cov ** 2) / (n if tied else n / 3))
+    target, sd = (cov[0], sd[0]) if tied else (cov, sd)
+    for k in range(3):
+        perm = best_permutation(gm.means_[k], 3 * WELL_SEPARATED)
+        fitted = gm.covariances_[k] if tied else gm.covariances_[k][perm]
+        assert (np.abs(fitted - target) < 5 * sd).all()
 
 
 @pytest.mark.parametrize("method", ["local-em", "local-grem"])

@@ -9,10 +9,20 @@ from fedmm.kernels._numpy import _gaussian_log_prob, _regression_log_prob
 def _gaussian_setup(rng, covariance_type, K=2, R=3, d=4):
     family = GaussianFamily(covariance_type)
     data = FederatedData.from_input([rng.randn(40, d) + k for k in range(K)])
-    s = d if covariance_type == "diag" else 1
-    scale = np.ones((K, R, 1)) if covariance_type == "identity" else rng.uniform(0.5, 2.0, (K, R, s))
+    if covariance_type in ("full", "tied"):
+        scale = _random_covariances(rng, (K, 1 if covariance_type == "tied" else R), d)
+        scale = np.broadcast_to(scale, (K, R, d * d)).copy()
+    else:
+        s = d if covariance_type == "diag" else 1
+        scale = np.ones((K, R, 1)) if covariance_type == "identity" else rng.uniform(0.5, 2.0, (K, R, s))
     params = MixtureParams(rng.dirichlet(np.ones(R), size=K), rng.randn(K, R, d), scale)
     return family, data, params
+
+
+def _random_covariances(rng, shape, d):
+    """Positive definite ``A A^T / d + I / 2`` matrices, flattened to ``shape + (d * d,)``."""
+    A = rng.randn(*shape, d, d)
+    return (A @ np.swapaxes(A, -1, -2) / d + 0.5 * np.eye(d)).reshape(shape + (d * d,))
 
 
 def _regression_setup(rng, noise_variance, fit_intercept, K=2, R=3, d=3, precondition=True):
@@ -42,7 +52,7 @@ def _numeric_gradient(f, theta, h=1e-6):
     return grad
 
 
-@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "tied", "full"])
 def test_gaussian_gradient_step_follows_the_gradient_of_q_hat(rng, covariance_type):
     family, data, params = _gaussian_setup(rng, covariance_type)
     _, log_resp = family.log_resp(data, params)
@@ -50,7 +60,12 @@ def test_gaussian_gradient_step_follows_the_gradient_of_q_hat(rng, covariance_ty
     _, stats = family.estep(data, params)
     n_k = data.n_samples
     eta = np.ones(params.weights.shape)
-    step = (family.gradient_step(stats, params, eta, n_k) - params.theta) / params.scale  # = d Q-hat / d theta
+    step = family.gradient_step(stats, params, eta, n_k) - params.theta  # = Sigma_r d Q-hat / d theta_r
+    if covariance_type in ("full", "tied"):
+        K, R, d = params.theta.shape
+        step = np.linalg.solve(params.scale.reshape(K, R, d, d), step[..., None])[..., 0]
+    else:
+        step = step / params.scale
     for k in range(data.n_clients):
         Xk, _ = data.client(k)
         rk = resp[data.offsets[k]:data.offsets[k + 1]]
@@ -97,7 +112,7 @@ def test_preconditioned_regression_step_moves_towards_the_m_step_and_is_equivari
     np.testing.assert_allclose(step_b, np.linalg.solve(B, step[..., None])[..., 0], rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "tied", "full"])
 def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_spread(rng, covariance_type):
     family, data, params = _gaussian_setup(rng, covariance_type)
     _, stats = family.estep(data, params)
@@ -109,9 +124,14 @@ def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_sp
     for k in range(data.n_clients):
         Xk, _ = data.client(k)
         rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        d = Xk.shape[1]
+        scatter = [np.einsum("i,ij,il->jl", rk[:, r], Xk - means[k, r], Xk - means[k, r]) for r in range(3)]
+        tied = sum(scatter) / len(Xk) + 1e-6 * np.eye(d)
         for r in range(3):
-            spread = (rk[:, r:r + 1] * (Xk - means[k, r]) ** 2).sum(0) / rk[:, r].sum()
-            expected = {"identity": [1.0], "spherical": [spread.mean() + 1e-6], "diag": spread + 1e-6}
+            full = scatter[r] / rk[:, r].sum()
+            spread = np.diag(full)
+            expected = {"identity": [1.0], "spherical": [spread.mean() + 1e-6], "diag": spread + 1e-6,
+                        "full": (full + 1e-6 * np.eye(d)).ravel(), "tied": tied.ravel()}
             np.testing.assert_allclose(var[k, r], expected[covariance_type], rtol=1e-9)
 
 
@@ -149,14 +169,36 @@ def test_parameter_counts():
     assert GaussianFamily("identity").n_parameters(3, 4) == 3 * 4 + 2
     assert GaussianFamily("spherical").n_parameters(3, 4) == 3 * 4 + 3 + 2
     assert GaussianFamily("diag").n_parameters(3, 4) == 3 * 4 + 3 * 4 + 2
+    assert GaussianFamily("tied").n_parameters(3, 4) == 3 * 4 + 10 + 2  # scikit-learn's counts
+    assert GaussianFamily("full").n_parameters(3, 4) == 3 * 4 + 3 * 10 + 2
     assert RegressionFamily(True, 1.0).n_parameters(3, 4) == 3 * 5 + 2
     assert RegressionFamily(False, "shared").n_parameters(3, 4) == 3 * 4 + 1 + 2
     assert RegressionFamily(False, "component").n_parameters(3, 4) == 3 * 4 + 3 + 2
 
 
+@pytest.mark.parametrize("covariance_type", ["full", "tied"])
+def test_full_covariance_samples_and_consensus(rng, covariance_type):
+    family = GaussianFamily(covariance_type)
+    cov = _random_covariances(rng, (2,), 3)
+    theta = rng.randn(2, 3)
+    labels = np.repeat([0, 1], 20000)
+    X = family.sample(theta, cov, labels, rng)
+    for r in range(2):
+        # Sample covariance entries have sd sqrt((S_jj S_ll + S_jl^2) / n) <= 0.02 here: 5 sd.
+        np.testing.assert_allclose(np.cov(X[labels == r].T), cov[r].reshape(3, 3), atol=0.1)
+    P = family.precisions_cholesky(cov[None])[0]  # full: (R, d, d); tied: the first component's (d, d)
+    P = P[0] if covariance_type == "full" else P
+    np.testing.assert_allclose(P @ P.T, np.linalg.inv(cov[0].reshape(3, 3)), rtol=1e-9)
+    np.testing.assert_allclose(np.tril(P, -1), 0.0)
+    # The consensus of identical clients is their covariance; of different ones, positive definite.
+    np.testing.assert_allclose(family.center_scale(np.stack([cov] * 3)), cov, rtol=1e-12)
+    center = family.center_scale(_random_covariances(rng, (5, 2), 3)).reshape(2, 3, 3)
+    assert (np.linalg.eigvalsh(center) > 0).all()
+
+
 def test_bad_family_options():
     with pytest.raises(ValueError, match="covariance_type"):
-        GaussianFamily("full")
+        GaussianFamily("unstructured")
     with pytest.raises(ValueError, match="noise_variance"):
         RegressionFamily(True, -1.0)
     with pytest.raises(ValueError, match="noise_variance"):

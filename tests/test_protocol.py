@@ -120,7 +120,7 @@ def _refuse_data(monkeypatch):
     monkeypatch.setattr(FederatedData, "from_input", no_work)
 
 
-@pytest.mark.parametrize("name, value", BAD_OPTIONS + [("covariance_type", "full"), ("reg_covar", -1e-6),
+@pytest.mark.parametrize("name, value", BAD_OPTIONS + [("covariance_type", "unstructured"), ("reg_covar", -1e-6),
                                                        ("means_init", "centres")])
 def test_each_bad_option_of_the_gaussian_mixture_is_refused_first(name, value, monkeypatch):
     _refuse_data(monkeypatch)

@@ -85,6 +85,41 @@ def test_the_papers_identity_model_is_equivariant_to_shifts(method, b):
 ROTATION_EQUIVARIANT = ("pooled-em", "pooled-grem")
 
 
+def _affine(method, seed):
+    """A per-feature map of any scale and sign, or any invertible matrix for the rotation-equivariant methods."""
+    rng = np.random.RandomState(seed)
+    B = np.diag(10.0 ** rng.uniform(-2, 2, size=2) * rng.choice([-1, 1], size=2))
+    if method in ROTATION_EQUIVARIANT:
+        B = B + rng.randn(2, 2) * np.abs(B).max()
+        B += np.eye(2) * 3 * np.abs(B).max()          # invertible, of arbitrary scale
+    return B
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("covariance_type", ["tied", "full"])
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), b=shifts)
+def test_full_and_tied_covariances_are_equivariant_to_affine_maps(method, covariance_type, seed, b):
+    """``x -> x B + b``: ``mu -> mu B + b``, ``Sigma -> B^T Sigma B``, log-likelihoods move by ``-log|det B|``.
+    The Cholesky whitening of the units turns a per-feature map into sign flips of the internal
+    coordinates, which the coordinate-wise medians follow."""
+    X = _gmm_clients(2)
+    B = _affine(method, seed)
+    shift = np.array([b, -b / 3])
+    mapped = [Xk @ B + shift for Xk in X]
+    make = lambda: FederatedGaussianMixture(3, method=method, covariance_type=covariance_type, **FIT)  # noqa: E731
+    ref, new = _fit_quietly(make(), X), _fit_quietly(make(), mapped)
+    for labels, labels_new in zip(ref.predict(X), new.predict(mapped)):
+        np.testing.assert_array_equal(labels, labels_new)
+    np.testing.assert_allclose(new.weights_, ref.weights_, rtol=1e-6, atol=1e-9)
+    means = ref.means_ @ B + shift
+    np.testing.assert_allclose(new.means_, means, rtol=1e-6, atol=1e-7 * np.abs(means).max())
+    covariances = np.swapaxes(B, 0, 1) @ ref.covariances_ @ B
+    np.testing.assert_allclose(new.covariances_, covariances, rtol=1e-5, atol=1e-7 * np.abs(covariances).max())
+    np.testing.assert_allclose(new.log_likelihood_, ref.log_likelihood_ - np.log(abs(np.linalg.det(B))),
+                               rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("noise_variance", ["component", "shared"])
 @settings(max_examples=4, deadline=None)
@@ -94,11 +129,7 @@ def test_mixtures_of_regressions_are_equivariant_to_affine_maps(method, noise_va
     ``y -> c y + e``: ``coef -> c B^-1 coef``, ``intercept -> c intercept + e - b . coef'``,
     ``noise variance -> c^2 noise variance``."""
     X, y = _mor_clients()
-    rng = np.random.RandomState(seed)
-    B = np.diag(10.0 ** rng.uniform(-2, 2, size=2) * rng.choice([-1, 1], size=2))
-    if method in ROTATION_EQUIVARIANT:
-        B = B + rng.randn(2, 2) * np.abs(B).max()
-        B += np.eye(2) * 3 * np.abs(B).max()          # invertible, of arbitrary scale
+    B = _affine(method, seed)
     Xm, ym = [Xk @ B + b for Xk in X], [c * yk + e for yk in y]
     make = lambda: FederatedMixtureRegression(2, method=method, noise_variance=noise_variance, **FIT)  # noqa: E731
     ref, new = _fit_quietly(make(), X, y), _fit_quietly(make(), Xm, ym)
@@ -112,7 +143,8 @@ def test_mixtures_of_regressions_are_equivariant_to_affine_maps(method, noise_va
     np.testing.assert_allclose(new.noise_variance_, c ** 2 * ref.noise_variance_, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family", [GaussianFamily("diag"), GaussianFamily("spherical"), GaussianFamily("identity"),
+@pytest.mark.parametrize("family", [GaussianFamily("full"), GaussianFamily("tied"),
+                                    GaussianFamily("diag"), GaussianFamily("spherical"), GaussianFamily("identity"),
                                     RegressionFamily(True, "component"), RegressionFamily(False, "shared"),
                                     RegressionFamily(True, 2.0)])
 def test_units_map_parameters_there_and_back(family):
@@ -128,8 +160,13 @@ def test_units_map_parameters_there_and_back(family):
         np.testing.assert_allclose(standard.X.mean(axis=0), 0.0, atol=1e-9)
     theta = rng.randn(2, 3, family.param_dim(3))
     internal = family.to_internal(theta, units)
-    params = MixtureParams(np.full((2, 3), 1 / 3), internal, np.ones((2, 3, 1)))
-    np.testing.assert_allclose(family.to_original(params, units).theta, theta, rtol=1e-9, atol=1e-9)
+    full = isinstance(family, GaussianFamily) and family.covariance_type in ("full", "tied")
+    scale = np.tile(np.eye(3).ravel(), (2, 3, 1)) if full else np.ones((2, 3, 1))
+    original = family.to_original(MixtureParams(np.full((2, 3), 1 / 3), internal, scale), units)
+    np.testing.assert_allclose(original.theta, theta, rtol=1e-9, atol=1e-9)
+    if full:  # unit internal covariance is the pooled covariance's inverse whitening: W^-T W^-1
+        inverse = np.linalg.inv(units.x_map)
+        np.testing.assert_allclose(original.scale[0, 0].reshape(3, 3), inverse.T @ inverse, rtol=1e-9)
 
 
 def test_whitened_regression_design_has_unit_second_moment():

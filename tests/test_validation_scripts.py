@@ -53,3 +53,9 @@ def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
 def test_paper_gmm_h0_full(capsys):
     """The whole 20-seed study (about 100 s on two cores): run with pytest -m slow."""
     assert _load("paper_gmm_h0").main([]) == 0
+
+
+def test_model_selection_quick(capsys):
+    """BIC chooses the true number of components on the paper's design at h = 0 (quick: 2 seeds)."""
+    assert _load("model_selection").main(["--quick"]) == 0
+    assert "met: h=0, bic" in capsys.readouterr().out

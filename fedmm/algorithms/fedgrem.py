@@ -202,7 +202,7 @@ class FedGrEM(GradientStrategy):
     def server_step(self, messages, state, t):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``."""
         family, lam = state.family, state.schedule(t)
-        sigma = noise_scale(messages.scale)
+        sigma = noise_scale(family.coordinate_variances(messages.scale))
         central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
                                  tol=self.central_tol, max_iter=self.central_max_iter)
         if not central.converged and not state.warned:

@@ -152,6 +152,20 @@ class Family(ABC):
     def initial_resp(self, X, y, n_components, random_state):
         """Starting responsibilities (n, R) for one client's (or the pooled) data."""
 
+    def coordinate_variances(self, scale):
+        """The variances (K, R, s') that set FedGrEM's noise units per coordinate (:func:`noise_scale`
+        in :mod:`fedmm.algorithms.fedgrem`): the family's variances themselves unless overridden."""
+        return scale
+
+    def center_scale(self, scale):
+        """The consensus's variances from the clients' (K, R, s): their coordinate-wise median."""
+        return np.median(scale, axis=0)
+
+    def n_client_scale_parameters(self, n_components, n_features):
+        """Parameters of the variances shared by all of a client's components (counted per client, not per
+        component, by the information criteria); none unless overridden."""
+        return 0
+
     def sample_labels(self, weights, n, random_state):
         """``n`` component labels drawn from one client's proportions ``weights`` (R,)."""
         return random_state.choice(len(weights), size=n, p=weights / weights.sum())

@@ -5,15 +5,17 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..units import Units, scale_or_one
+from ..kernels._numpy import precision_cholesky
+from ..units import Units, scale_or_one, whitening
 from ._base import _TINY, Family, one_hot
 
-COVARIANCE_TYPES = ("identity", "spherical", "diag")
+COVARIANCE_TYPES = ("identity", "spherical", "diag", "tied", "full")
 
 
 class GaussianStats(NamedTuple):
     """Per-client sums: ``N`` (K, R), ``Sx = sum_i g_ir x_i`` (K, R, d), and ``Sxx``: ``sum_i g_ir x_ij^2``
-    (K, R, d) for diagonal variances, ``sum_i g_ir ||x_i||^2`` (K, R, 1) for spherical ones, None for identity."""
+    (K, R, d) for diagonal variances, ``sum_i g_ir ||x_i||^2`` (K, R, 1) for spherical ones,
+    ``sum_i g_ir x_i x_i^T`` (K, R, d * d) for full and tied covariances, None for identity."""
 
     N: np.ndarray
     Sx: np.ndarray
@@ -25,11 +27,15 @@ class GaussianFamily(Family):
 
     Parameters
     ----------
-    covariance_type : {"identity", "spherical", "diag"}
+    covariance_type : {"identity", "spherical", "diag", "tied", "full"}
         ``"identity"``: ``Sigma_r = I``, the model of FedGrEM eq. (4), under
-        which its theory holds. ``"spherical"`` (``sigma_r^2 I``) and
-        ``"diag"`` (``diag(sigma_r^2)``) estimate variances with the
-        closed-form local M-step: an extension beyond the theory.
+        which its theory holds. ``"spherical"`` (``sigma_r^2 I``),
+        ``"diag"`` (``diag(sigma_r^2)``), ``"full"`` (any ``Sigma_r``) and
+        ``"tied"`` (one ``Sigma`` for all of a client's components) estimate
+        them with the closed-form local M-step, as scikit-learn's
+        ``GaussianMixture`` does: an extension beyond the theory. Parameters
+        store full and tied covariances as flattened ``d x d`` matrices
+        (``scale`` of shape (K, R, d * d); tied ones repeated over ``r``).
     reg_covar : float
         Added to every estimated variance, as in scikit-learn, but in
         standard units (a fraction of the feature's pooled variance), so it
@@ -47,34 +53,70 @@ class GaussianFamily(Family):
 
     @property
     def scale_per_component(self):
-        """Whether each component has its own estimated variance(s)."""
-        return self.covariance_type != "identity"
+        """Whether each component has its own estimated variance(s) (a tied covariance is the client's)."""
+        return self.covariance_type not in ("identity", "tied")
+
+    @property
+    def _matrix(self):
+        return self.covariance_type in ("tied", "full")
 
     def units(self, moments):
         """Identity: none (unit variance is the model). Spherical: the pooled mean and one scale, the root
         of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal: the
-        pooled mean and each feature's pooled standard deviation (shifts and per-feature scaling)."""
+        pooled mean and each feature's pooled standard deviation (shifts and per-feature scaling). Full and
+        tied: the pooled mean and a whitening of the pooled covariance (any invertible affine map)."""
         d = len(moments.mean)
         if self.covariance_type == "identity":
             return Units.identity(d)
-        variance = np.diag(moments.second) - moments.mean ** 2
+        covariance = moments.second - np.outer(moments.mean, moments.mean)
+        if self._matrix:
+            return Units(moments.mean, whitening(covariance))
+        variance = np.diag(covariance)
         if self.covariance_type == "spherical":
             variance = np.full(d, variance.mean())
         return Units(moments.mean, np.diag(1.0 / scale_or_one(variance)))
 
     def to_original(self, params, units):
-        """``mu = shift + mu_std * s`` and ``sigma^2 = sigma_std^2 * s^2`` (``s`` the features' scales)."""
-        s = 1.0 / np.diag(units.x_map)
-        var_scale = s ** 2 if params.scale.shape[-1] == len(s) else s[:1] ** 2
-        return params._replace(theta=units.x_shift + params.theta * s, scale=params.scale * var_scale)
+        """With ``z = (x - m) W``: ``mu = m + mu_std W^{-1}`` and ``Sigma = W^{-T} Sigma_std W^{-1}`` (for
+        diagonal ``W = diag(1 / s)``: ``sigma^2 = sigma_std^2 s^2``)."""
+        inverse = np.linalg.inv(units.x_map)
+        theta = units.x_shift + params.theta @ inverse
+        d = theta.shape[-1]
+        if self._matrix:
+            cov = params.scale.reshape(params.scale.shape[:-1] + (d, d))
+            scale = (inverse.T @ cov @ inverse).reshape(params.scale.shape)
+        else:
+            s = np.diag(inverse)
+            scale = params.scale * (s ** 2 if params.scale.shape[-1] == d else s[:1] ** 2)
+        return params._replace(theta=theta, scale=scale)
 
     def to_internal(self, theta, units):
-        return (theta - units.x_shift) * np.diag(units.x_map)
+        return (theta - units.x_shift) @ units.x_map
+
+    def coordinate_variances(self, scale):
+        """Per-coordinate variances (K, R, s'): the diagonal or spherical variances themselves, and for full
+        and tied covariances their mean variance ``trace / d`` (invariant under rotations, so FedGrEM's
+        noise units stay equivariant under the whitening of :meth:`units`)."""
+        if not self._matrix:
+            return scale
+        d = int(round(np.sqrt(scale.shape[-1])))
+        return np.trace(scale.reshape(scale.shape[:-1] + (d, d)), axis1=-2, axis2=-1)[..., None] / d
+
+    def center_scale(self, scale):
+        """The consensus variances from the clients' (K, R, s): the coordinate-wise median, and for full and
+        tied covariances ``L L^T`` with ``L`` the median of the clients' Cholesky factors (a median of
+        matrices that stays positive definite)."""
+        if not self._matrix:
+            return super().center_scale(scale)
+        d = int(round(np.sqrt(scale.shape[-1])))
+        L = np.median(np.linalg.cholesky(scale.reshape(scale.shape[:-1] + (d, d))), axis=0)
+        return (L @ np.swapaxes(L, -1, -2)).reshape(scale.shape[1:])
 
     @property
     def _squares(self):
         """Which squared sums the variances need (see ``fedmm.kernels._numpy._gaussian_stats``)."""
-        return {"identity": "none", "spherical": "total", "diag": "coordinates"}[self.covariance_type]
+        return {"identity": "none", "spherical": "total", "diag": "coordinates", "tied": "outer",
+                "full": "outer"}[self.covariance_type]
 
     def estep(self, data, params):
         loglik, *stats = self.kernels.gaussian_estep(data.X, data.offsets, params.weights, params.theta,
@@ -110,11 +152,25 @@ class GaussianFamily(Family):
         return params.theta + eta[..., None] * step
 
     def update_scale(self, stats, theta):
-        """Variances maximizing Q-hat at means ``theta``: ``sum_i g_ir (x_i - mu_r)^2 / N_r`` (+ reg_covar)."""
+        """Variances maximizing Q-hat at means ``theta``: ``sum_i g_ir (x_i - mu_r)^2 / N_r`` (+ reg_covar).
+
+        Full: ``Sigma_r = sum_i g_ir (x_i - mu_r)(x_i - mu_r)^T / N_r + reg I``; tied:
+        ``Sigma = sum_r N_r Sigma_r / n_k + reg I``, the same for every component (scikit-learn's M-step).
+        """
         K, R, d = theta.shape
         if self.covariance_type == "identity":
             return np.ones((K, R, 1))
         N = stats.N[..., None] + _TINY
+        if self._matrix:
+            Sxx = stats.Sxx.reshape(K, R, d, d)
+            mean_x = stats.Sx / N
+            cross = theta[..., :, None] * mean_x[..., None, :]
+            cov = Sxx / N[..., None] - cross - np.swapaxes(cross, -1, -2) + theta[..., :, None] * theta[..., None, :]
+            if self.covariance_type == "tied":
+                share = (N / N.sum(axis=1, keepdims=True))[..., None]
+                cov = np.broadcast_to((share * cov).sum(axis=1, keepdims=True), cov.shape)
+            cov = 0.5 * (cov + np.swapaxes(cov, -1, -2)) + self.reg_covar * np.eye(d)
+            return cov.reshape(K, R, d * d)
         cross, square = theta * stats.Sx / N, theta ** 2
         if self.covariance_type == "spherical":  # Sxx holds sum_i g_ir ||x_i||^2: average over coordinates
             var = (stats.Sxx / N - (2.0 * cross - square).sum(axis=-1, keepdims=True)) / d
@@ -129,10 +185,31 @@ class GaussianFamily(Family):
         return one_hot(labels, n_components)
 
     def sample(self, theta, scale, labels, random_state, X=None):
-        """``x = mu_r + sigma_r * z``, ``z ~ N(0, I)``, for each label ``r`` (variances per coordinate or one)."""
-        z = random_state.standard_normal((len(labels), theta.shape[-1]))
+        """``x = mu_r + L_r z`` with ``L_r L_r^T = Sigma_r``, ``z ~ N(0, I)``, for each label ``r``."""
+        d = theta.shape[-1]
+        z = random_state.standard_normal((len(labels), d))
+        if self._matrix:
+            L = np.linalg.cholesky(scale.reshape(-1, d, d))
+            return theta[labels] + np.einsum("nij,nj->ni", L[labels], z)
         return theta[labels] + np.sqrt(scale[labels]) * z
 
+    def precisions_cholesky(self, scale):
+        """scikit-learn's ``precisions_cholesky_`` for variances (K, R, s): ``1 / sigma`` (spherical: (K, R);
+        diag: (K, R, d)), the upper-triangular ``P`` with ``Sigma^{-1} = P P^T`` (full: (K, R, d, d); tied:
+        (K, d, d))."""
+        if not self._matrix:
+            inverse = 1.0 / np.sqrt(scale)
+            return inverse if self.covariance_type == "diag" else inverse[..., 0]
+        d = int(round(np.sqrt(scale.shape[-1])))
+        P = precision_cholesky(scale.reshape(scale.shape[:-1] + (d, d)))
+        return P[:, 0] if self.covariance_type == "tied" else P
+
     def n_parameters(self, n_components, n_features):
-        var = {"identity": 0, "spherical": n_components, "diag": n_components * n_features}
-        return n_components * n_features + var[self.covariance_type] + n_components - 1
+        R, d = n_components, n_features
+        var = {"identity": 0, "spherical": R, "diag": R * d, "tied": d * (d + 1) // 2,
+               "full": R * d * (d + 1) // 2}
+        return R * d + var[self.covariance_type] + R - 1
+
+    def n_client_scale_parameters(self, n_components, n_features):
+        """A tied covariance, ``d (d + 1) / 2`` parameters shared by all of a client's components."""
+        return n_features * (n_features + 1) // 2 if self.covariance_type == "tied" else 0

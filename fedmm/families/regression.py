@@ -189,6 +189,10 @@ class RegressionFamily(Family):
         mean = np.einsum("np,np->n", X, theta[labels])
         return mean + np.sqrt(scale[labels, 0]) * random_state.standard_normal(len(labels))
 
+    def n_client_scale_parameters(self, n_components, n_features):
+        """A shared noise variance, one per client."""
+        return 1 if self.noise_variance == "shared" else 0
+
     def n_parameters(self, n_components, n_features):
         noise = {"shared": 1, "component": n_components}.get(self.noise_variance, 0)
         return n_components * self.param_dim(n_features) + noise + n_components - 1

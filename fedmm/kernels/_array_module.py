@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from ._numpy import LOG_2PI, gaussian_stats, regression_stats  # noqa: F401  (initialization-only helpers)
+from ._numpy import LOG_2PI, gaussian_stats, is_full, precision_cholesky, regression_stats  # noqa: F401
 
 
 def kernels(xp):
@@ -46,6 +46,12 @@ def kernels(xp):
     def gaussian_log_prob(Xk, means, variances):
         # log N(x; mu_r, diag(sigma_r^2)): FedGrEM Sec. 3.3, eq. (4) (identity when all variances are 1).
         d = Xk.shape[1]
+        if is_full(variances, d):
+            # Full covariances: ||(x - mu_r) P_r||^2 with Sigma_r^{-1} = P_r P_r^T, factored on the host (R d x d).
+            P = xp.asarray(precision_cholesky(host(variances).reshape(-1, d, d)))
+            maha = xp.stack([(((Xk - mu) @ P_r) ** 2).sum(axis=1) for mu, P_r in zip(means, P)], axis=1)
+            log_det = -2.0 * xp.log(xp.diagonal(P, axis1=-2, axis2=-1)).sum(axis=-1)
+            return -0.5 * (d * LOG_2PI + log_det + maha)
         precision = xp.broadcast_to(1.0 / variances, means.shape)
         maha = (Xk * Xk) @ precision.T - 2.0 * Xk @ (means * precision).T + (means * means * precision).sum(1)
         log_det = xp.log(variances).sum(axis=1) * (d / variances.shape[1])
@@ -78,7 +84,8 @@ def kernels(xp):
         def stats(sl, resp):
             Xk = X[sl]
             Sxx = {"none": None, "coordinates": lambda: resp.T @ (Xk * Xk),
-                   "total": lambda: resp.T @ (Xk * Xk).sum(axis=1, keepdims=True)}[squares]
+                   "total": lambda: resp.T @ (Xk * Xk).sum(axis=1, keepdims=True),
+                   "outer": lambda: xp.stack([((Xk * g[:, None]).T @ Xk).ravel() for g in resp.T])}[squares]
             return resp.sum(axis=0), resp.T @ Xk, None if Sxx is None else Sxx()
 
         rows = over_clients(offsets, weights, lambda k, sl: gaussian_log_prob(X[sl], means[k], variances[k]), stats)

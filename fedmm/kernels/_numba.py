@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit, prange
 
-from ._numpy import LOG_2PI, gaussian_stats, regression_stats  # noqa: F401  (initialization-only helpers)
+from ._numpy import LOG_2PI, gaussian_stats, is_full, precision_cholesky, regression_stats  # noqa: F401
 
 PIECE = 4096
 # Reassociation lets LLVM vectorize the sums over coordinates; the no-NaN / no-inf
@@ -45,14 +45,24 @@ def _cut(key, dtype):
     return np.concatenate(starts), np.concatenate(ends).astype(np.int64), np.concatenate(owners)
 
 
+#: How ``precision`` is laid out: one per component, one per coordinate, or a flattened ``P`` (full).
+SPHERICAL, DIAGONAL, FULL = 0, 1, 2
+
+
 def _gaussian_constants(weights, means, variances):
-    """Per client and component: ``log w - (d log 2 pi + log det) / 2``, the precisions (K, R, s) and
-    whether they vary by coordinate."""
-    d = means.shape[-1]
-    precision = np.ascontiguousarray(1.0 / variances, dtype=np.float64)
+    """Per client and component: ``log w - (d log 2 pi + log det Sigma) / 2``, the precisions and their
+    layout: (K, R, 1) or (K, R, d) inverse variances, or (K, R, d * d) the upper-triangular ``P`` with
+    ``Sigma^{-1} = P P^T`` (:func:`fedmm.kernels._numpy.precision_cholesky`)."""
+    K, R, d = means.shape
     with np.errstate(divide="ignore"):
-        const = np.log(weights) - 0.5 * (d * LOG_2PI + np.log(variances).sum(axis=-1) * (d / variances.shape[-1]))
-    return const, precision, variances.shape[-1] > 1
+        log_w = np.log(weights)
+    if is_full(variances, d):
+        P = precision_cholesky(variances.reshape(K, R, d, d))
+        log_det = -2.0 * np.log(np.diagonal(P, axis1=-2, axis2=-1)).sum(axis=-1)
+        return log_w - 0.5 * (d * LOG_2PI + log_det), np.ascontiguousarray(P.reshape(K, R, d * d)), FULL
+    precision = np.ascontiguousarray(1.0 / variances, dtype=np.float64)
+    log_det = np.log(variances).sum(axis=-1) * (d / variances.shape[-1])
+    return log_w - 0.5 * (d * LOG_2PI + log_det), precision, DIAGONAL if variances.shape[-1] > 1 else SPHERICAL
 
 
 @njit(cache=True, inline="always")
@@ -79,37 +89,47 @@ def _normalize(lp, R):
 
 
 @njit(cache=True, inline="always", fastmath=FAST)
-def _gaussian_row(X, i, k, const, means, precision, diagonal, lp):
-    """Component log-densities of sample i (direct (x - mu)^2, exact for large entries)."""
+def _gaussian_row(X, i, k, const, means, precision, layout, lp, diff):
+    """Component log-densities of sample i (direct (x - mu)^2, exact for large entries); ``diff`` is
+    scratch space of length d."""
     R, d = means.shape[1], means.shape[2]
     for r in range(R):
         acc = 0.0
-        if diagonal:
+        if layout == 2:  # FULL: ||(x - mu) P||^2, P upper triangular (P[m, j] = 0 for m > j)
             for j in range(d):
-                diff = X[i, j] - means[k, r, j]
-                acc += diff * diff * precision[k, r, j]
+                diff[j] = X[i, j] - means[k, r, j]
+            for j in range(d):
+                t = 0.0
+                for m in range(j + 1):
+                    t += diff[m] * precision[k, r, m * d + j]
+                acc += t * t
+        elif layout == 1:
+            for j in range(d):
+                delta = X[i, j] - means[k, r, j]
+                acc += delta * delta * precision[k, r, j]
         else:
             for j in range(d):
-                diff = X[i, j] - means[k, r, j]
-                acc += diff * diff
+                delta = X[i, j] - means[k, r, j]
+                acc += delta * delta
             acc *= precision[k, r, 0]
         lp[r] = const[k, r] - 0.5 * acc
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def _gaussian_pass(X, starts, ends, owners, const, means, precision, diagonal, squares):
-    """squares: 0 none, 1 per coordinate, 2 summed over coordinates."""
+def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squares):
+    """squares: 0 none, 1 per coordinate, 2 summed over coordinates, 3 outer products (upper triangle)."""
     n_pieces = len(starts)
     R, d = means.shape[1], means.shape[2]
     ll = np.zeros(n_pieces)
     N = np.zeros((n_pieces, R))
     Sx = np.zeros((n_pieces, R, d))
-    Sxx = np.zeros((n_pieces, R, d if squares == 1 else 1))
+    Sxx = np.zeros((n_pieces, R, d if squares == 1 else d * d if squares == 3 else 1))
     for p in prange(n_pieces):
         k = owners[p]
         lp = np.empty(R)
+        diff = np.empty(d)
         for i in range(starts[p], ends[p]):
-            _gaussian_row(X, i, k, const, means, precision, diagonal, lp)
+            _gaussian_row(X, i, k, const, means, precision, layout, lp, diff)
             ll[p] += _normalize(lp, R)
             total = 0.0
             if squares == 2:
@@ -125,6 +145,11 @@ def _gaussian_pass(X, starts, ends, owners, const, means, precision, diagonal, s
                         Sxx[p, r, j] += g * X[i, j] * X[i, j]
                 elif squares == 2:
                     Sxx[p, r, 0] += g * total
+                elif squares == 3:
+                    for j in range(d):
+                        gx = g * X[i, j]
+                        for m in range(j, d):
+                            Sxx[p, r, j * d + m] += gx * X[i, m]
     return ll, N, Sx, Sxx
 
 
@@ -162,13 +187,14 @@ def _regression_pass(X, y, starts, ends, owners, const, coef, inv_var):
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, diagonal, log_norm, log_resp):
-    R = means.shape[1]
+def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout, log_norm, log_resp):
+    R, d = means.shape[1], means.shape[2]
     for p in prange(len(starts)):
         k = owners[p]
         lp = np.empty(R)
+        diff = np.empty(d)
         for i in range(starts[p], ends[p]):
-            _gaussian_row(X, i, k, const, means, precision, diagonal, lp)
+            _gaussian_row(X, i, k, const, means, precision, layout, lp, diff)
             _log_row(lp, R, log_norm, log_resp, i)
 
 
@@ -216,18 +242,26 @@ def _regression_constants(weights, noise_var):
         return np.log(weights) - 0.5 * (LOG_2PI + np.log(var)), 1.0 / var
 
 
-_SQUARES = {"none": 0, "coordinates": 1, "total": 2}
+_SQUARES = {"none": 0, "coordinates": 1, "total": 2, "outer": 3}
+
+
+def _mirror(S, d):
+    """Outer-product sums (K, R, d * d) accumulated on the upper triangle, made symmetric."""
+    S = S.reshape(S.shape[:-1] + (d, d))
+    return (np.triu(S) + np.swapaxes(np.triu(S, 1), -1, -2)).reshape(S.shape[:-2] + (d * d,))
 
 
 def gaussian_estep(X, offsets, weights, means, variances, squares):
     """GMM E-step for all clients (see :func:`fedmm.kernels._numpy.gaussian_estep`)."""
     starts, ends, owners = _pieces(offsets)
-    const, precision, diagonal = _gaussian_constants(weights, means, variances)
+    const, precision, layout = _gaussian_constants(weights, means, variances)
     ll, N, Sx, Sxx = _gaussian_pass(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64),
-                                    precision, diagonal, _SQUARES[squares])
+                                    precision, layout, _SQUARES[squares])
     K = len(offsets) - 1
-    return (_per_client(ll, owners, K), _per_client(N, owners, K), _per_client(Sx, owners, K),
-            None if squares == "none" else _per_client(Sxx, owners, K))
+    Sxx = None if squares == "none" else _per_client(Sxx, owners, K)
+    if squares == "outer":
+        Sxx = _mirror(Sxx, means.shape[-1])
+    return _per_client(ll, owners, K), _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
 
 
 def regression_estep(X, y, offsets, weights, coef, noise_var):
@@ -246,10 +280,10 @@ def regression_estep(X, y, offsets, weights, coef, noise_var):
 def gaussian_log_resp(X, offsets, weights, means, variances):
     """Per-sample ``log p(x_i)`` and log posteriors (see :func:`fedmm.kernels._numpy.gaussian_log_resp`)."""
     starts, ends, owners = _pieces(offsets)
-    const, precision, diagonal = _gaussian_constants(weights, means, variances)
+    const, precision, layout = _gaussian_constants(weights, means, variances)
     log_norm, log_resp = np.empty(len(X)), np.empty((len(X), weights.shape[1]))
     _gaussian_log_resp(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64), precision,
-                       diagonal, log_norm, log_resp)
+                       layout, log_norm, log_resp)
     return log_norm, log_resp
 
 

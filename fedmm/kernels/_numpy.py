@@ -7,13 +7,37 @@ and components, never over samples; each block is dense linear algebra.
 
 Shapes: ``X`` (n, p), ``y`` (n,), ``weights`` (K, R), component parameters
 ``theta`` (K, R, p), variances ``scale`` (K, R, s) with ``s`` either 1 (one
-variance per component) or ``p`` (one per coordinate). ``X`` and ``y`` may be
-stored in float32; every backend computes in float64 (``_f64``).
+variance per component), ``p`` (one per coordinate) or ``p * p`` (a full
+covariance matrix, row-major; :func:`is_full`). ``X`` and ``y`` may be stored
+in float32; every backend computes in float64 (``_f64``).
 """
 
 import numpy as np
 
 LOG_2PI = np.log(2.0 * np.pi)
+
+
+def is_full(variances, d):
+    """Whether ``variances`` (..., s) hold full ``d x d`` covariance matrices (``s = d^2``; for ``d = 1``
+    the three layouts coincide)."""
+    return d > 1 and variances.shape[-1] == d * d
+
+
+def precision_cholesky(covariances):
+    """``P`` (upper triangular) with ``Sigma^{-1} = P P^T`` for covariances (..., d, d), as scikit-learn's
+    ``precisions_cholesky_``: ``log N(x; mu, Sigma) = -(d log 2 pi + ||(x - mu) P||^2) / 2 + sum log diag P``.
+
+    Raises ValueError when a covariance is not positive definite (a component collapsed onto fewer
+    than ``d`` dimensions), with the remedy.
+    """
+    try:
+        L = np.linalg.cholesky(covariances)
+    except np.linalg.LinAlgError:
+        raise ValueError("A component's covariance matrix is not positive definite (it collapsed onto a subspace: "
+                         "too few samples for its d(d+1)/2 parameters, or collinear features). Increase reg_covar, "
+                         "use fewer components, or covariance_type='diag' or 'tied'.") from None
+    eye = np.broadcast_to(np.eye(L.shape[-1]), L.shape)
+    return np.swapaxes(np.linalg.solve(L, eye), -1, -2)
 
 
 # --- one client's block --------------------------------------------------------------
@@ -27,6 +51,11 @@ def _gaussian_log_prob(X, means, variances):
     """
     n, d = X.shape
     out = np.empty((n, means.shape[0]))
+    if is_full(variances, d):  # N(mu_r, Sigma_r) through Sigma_r^{-1} = P_r P_r^T
+        P = precision_cholesky(variances.reshape(-1, d, d))
+        for r, (mu, P_r) in enumerate(zip(means, P)):
+            out[:, r] = (((X - mu) @ P_r) ** 2).sum(axis=1) - 2.0 * np.log(np.diag(P_r)).sum()
+        return -0.5 * (d * LOG_2PI + out)
     for r, (mu, var) in enumerate(zip(means, variances)):
         out[:, r] = ((X - mu) ** 2 / var).sum(axis=1) + np.log(var).sum() * (d / var.size)
     return -0.5 * (d * LOG_2PI + out)
@@ -57,19 +86,22 @@ def _log_normalize(weighted_log_prob):
     return top[:, 0] + log_sum, shifted - log_sum[:, None]
 
 
-SQUARES = ("none", "coordinates", "total")
+SQUARES = ("none", "coordinates", "total", "outer")
 
 
 def _gaussian_stats(X, resp, squares):
     """Responsibility sums ``N_r``, ``sum_i g_ir x_i`` and the squares a variance needs.
 
     ``squares``: "none"; "coordinates", ``sum_i g_ir x_ij^2`` per coordinate
-    (diagonal variances); "total", ``sum_i g_ir ||x_i||^2`` (spherical), shape (R, 1).
+    (diagonal variances); "total", ``sum_i g_ir ||x_i||^2`` (spherical), shape (R, 1);
+    "outer", ``sum_i g_ir x_i x_i^T`` (full and tied covariances), shape (R, d * d).
     """
     if squares == "none":
         Sxx = None
     elif squares == "coordinates":
         Sxx = resp.T @ (X * X)
+    elif squares == "outer":
+        Sxx = np.stack([((X * g[:, None]).T @ X).ravel() for g in resp.T])
     else:
         Sxx = resp.T @ (X * X).sum(axis=1, keepdims=True)
     return resp.sum(axis=0), resp.T @ X, Sxx
@@ -126,7 +158,7 @@ def gaussian_estep(X, offsets, weights, means, variances, squares):
     Returns
     -------
     loglik : (K,) sum of log p(x_i) per client
-    N : (K, R), Sx : (K, R, p), Sxx : (K, R, p), (K, R, 1) or None (see ``_gaussian_stats``)
+    N : (K, R), Sx : (K, R, p), Sxx : (K, R, p), (K, R, 1), (K, R, p * p) or None (see ``_gaussian_stats``)
     """
     X = _f64(X)
     return _estep(offsets, weights,

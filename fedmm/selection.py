@@ -1,0 +1,177 @@
+"""Choosing the number of components (and the covariance type) of a federated mixture.
+
+Three criteria, each computed without pooling any data:
+
+- ``"bic"``: ``-2 loglik + log(n) * n_parameters`` (Schwarz 1978; lower is
+  better), with the parameters the fit actually has
+  (:meth:`FederatedGaussianMixture.bic`): FedGrEM's components count once
+  where clients were pooled onto the consensus and once per client where not.
+  Each client sends its log-likelihood and the server adds them.
+- ``"icl"``: BIC plus twice the entropy of the hard classification
+  (Biernacki, Celeux & Govaert 2000; mclust's ``icl``), which prefers
+  well-separated components.
+- ``"cv"``: federated held-out log-likelihood. Every client splits its samples
+  into ``n_folds`` folds; for each fold the model is fitted on the others and
+  every client scores its held-out samples, so that each sample is held out
+  once. Each client reports one number, its mean held-out log-likelihood per
+  sample, and the server takes the mean over clients without the lowest
+  ``trim`` fraction, so that outlier clients do not decide (the trimmed
+  held-out likelihood of :mod:`fedmm.tuning`). Higher is better; the table
+  reports its negative, so that lower is better for every criterion. Held-out
+  likelihood keeps rising a little past the true number of components (an
+  extra component costs little held-out fit), so the choice follows the
+  one-standard-error rule, as FedGrEM's ``penalty="auto"`` does: the fewest
+  components whose trimmed held-out likelihood is within one standard error
+  (paired over clients) of the best.
+
+The grid is ``n_components`` times, for Gaussian mixtures, ``covariance_types``
+(mclust's habit of comparing models over both), and the best setting is
+refitted on all the data.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils import check_random_state
+
+from .data import FederatedData
+from .tuning import TRIM, one_standard_error, trimmed_mean
+
+__all__ = ["CRITERIA", "Selection", "select_n_components", "client_folds"]
+
+CRITERIA = ("bic", "icl", "cv")
+
+
+class Selection(NamedTuple):
+    """The outcome of :func:`select_n_components`.
+
+    Attributes
+    ----------
+    criterion : str
+    table : dict of ndarray
+        ``"n_components"``, ``"covariance_type"`` (Gaussian mixtures; None
+        otherwise) and ``"score"``, one entry per setting of the grid; the score
+        is the criterion, lower is better (for ``"cv"`` the negated trimmed
+        held-out log-likelihood per sample).
+    best_params : dict
+        The estimator arguments of the chosen setting: the lowest score, or for
+        ``"cv"`` the one-standard-error choice.
+    best_estimator : estimator
+        Refitted on all the data with ``best_params``.
+    """
+
+    criterion: str
+    table: dict
+    best_params: dict
+    best_estimator: object
+
+    def plot(self, ax=None):
+        """The criterion against the number of components, one line per covariance type, best marked.
+
+        Needs matplotlib (the ``plot`` extra). Returns the axes.
+        """
+        import matplotlib.pyplot as plt
+
+        ax = ax or plt.subplots(figsize=(5, 3.5))[1]
+        types = self.table["covariance_type"]
+        for kind in dict.fromkeys(types):
+            rows = types == kind
+            ax.plot(self.table["n_components"][rows], self.table["score"][rows], "o-",
+                    label=kind if kind is not None else None)
+        ax.plot(self.best_params["n_components"], self.table["score"].min(), "k*", markersize=14, label="chosen")
+        ax.set_xlabel("number of components R")
+        ax.set_ylabel({"cv": "- trimmed held-out log-lik. per sample"}.get(self.criterion, self.criterion.upper()))
+        ax.legend()
+        return ax
+
+
+def client_folds(n_samples, n_folds, random_state):
+    """A fold index for every sample of every client: ``list`` of (n_k,) arrays, folds as even as possible
+    within each client, assigned at random."""
+    return [random_state.permutation(np.arange(n) % n_folds) for n in n_samples]
+
+
+def select_n_components(estimator, X, y=None, groups=None, n_components=range(1, 10), criterion="bic",
+                        covariance_types=None, n_folds=5, trim=TRIM, random_state=None):
+    """Choose the number of components of a federated mixture by BIC, ICL or federated cross-validation.
+
+    Parameters
+    ----------
+    estimator : FederatedGaussianMixture or FederatedMixtureRegression
+        Its other arguments (method, starts, ...) are kept; it is cloned, never fitted itself.
+    X, y, groups
+        The data, in any layout ``fit`` takes (``y`` for regressions only).
+    n_components : iterable of int, default=range(1, 10)
+    criterion : {"bic", "icl", "cv"}, default="bic"
+    covariance_types : sequence of str, optional
+        Gaussian mixtures: also compare these covariance types (default: the estimator's own).
+    n_folds : int, default=5
+        Folds within every client for ``"cv"``.
+    trim : float, default=0.2
+        ``"cv"``: fraction of clients with the lowest held-out likelihood left out of the mean.
+    random_state : int, RandomState or None
+        The folds of ``"cv"``.
+
+    Returns
+    -------
+    Selection
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}.")
+    grid_R = [int(R) for R in n_components]
+    if not grid_R or min(grid_R) < 1:
+        raise ValueError(f"n_components must be a non-empty range of integers >= 1; got {list(grid_R)}.")
+    has_covariance = "covariance_type" in estimator.get_params()
+    if covariance_types is not None and not has_covariance:
+        raise ValueError("covariance_types is for Gaussian mixtures; this estimator has no covariance_type.")
+    kinds = list(covariance_types) if covariance_types is not None else \
+        [estimator.covariance_type] if has_covariance else [None]
+    if criterion == "cv" and not (isinstance(n_folds, (int, np.integer)) and n_folds >= 2):
+        raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}.")
+    needs_y = estimator._family_class.needs_y
+    data = FederatedData.from_input(X, y, groups, require_y=needs_y)
+    clients = [data.client_data(k) for k in range(data.n_clients)]
+    Xs = [c.X for c in clients]
+    ys = [c.y for c in clients] if needs_y else None
+    folds = client_folds(data.n_samples, n_folds, check_random_state(random_state)) if criterion == "cv" else None
+
+    settings, scores = [], []
+    for kind in kinds:
+        for R in grid_R:
+            params = {"n_components": R, **({"covariance_type": kind} if kind is not None else {})}
+            settings.append(params)
+            scores.append(_score(clone(estimator).set_params(**params), Xs, ys, criterion, folds, n_folds))
+    if criterion == "cv":
+        client_scores = np.array(scores)                                  # (settings, K)
+        scores = np.array([-trimmed_mean(c, trim) for c in client_scores])
+        fewest_first = np.argsort([s["n_components"] for s in settings], kind="stable")
+        best = settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]]
+    else:
+        scores = np.array(scores)
+        best = settings[int(np.argmin(scores))]
+    table = {"n_components": np.array([s["n_components"] for s in settings]),
+             "covariance_type": np.array([s.get("covariance_type") for s in settings], dtype=object),
+             "score": scores}
+    refit = clone(estimator).set_params(**best)
+    refit.fit(Xs, ys) if needs_y else refit.fit(Xs)
+    return Selection(criterion, table, best, refit)
+
+
+def _score(model, Xs, ys, criterion, folds, n_folds):
+    """The criterion of one setting (lower is better), or for ``"cv"`` each client's mean held-out
+    log-likelihood per sample (K,)."""
+    args = (Xs, ys) if ys is not None else (Xs,)
+    if criterion != "cv":
+        model.fit(*args)
+        return getattr(model, criterion)(*args)
+    held_out = [np.zeros(len(Xk)) for Xk in Xs]
+    for v in range(n_folds):
+        train = [f != v for f in folds]
+        test = [f == v for f in folds]
+        fit_args = [[a[m] for a, m in zip(arg, train)] for arg in args]
+        model.fit(*fit_args)
+        for k, m in enumerate(test):
+            if m.any():
+                held_out[k][m] = model.score_samples(*(arg[k][m] for arg in args), client=model.client_ids_[k])
+    return np.array([h.mean() for h in held_out])

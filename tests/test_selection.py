@@ -1,0 +1,121 @@
+"""Model selection (fedmm.selection) and the effective parameter counts behind BIC and ICL."""
+
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.selection import client_folds, select_n_components
+from fedmm.simulate import make_federated_gmm, make_federated_mor
+
+CENTERS = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, truth = make_federated_gmm(4, 100, centers=CENTERS, random_state=0)
+    return X
+
+
+def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
+    model = FederatedGaussianMixture(3, random_state=0).fit(data)
+    K, R, d = 4, 3, 2
+    n = 4 * 100
+    per_component = 2 * d                                             # mean and diagonal variances
+    pooled = model.pooled_
+    expected = K * (R - 1) + per_component * ((~pooled).sum() + pooled.any(axis=0).sum())
+    loglik = sum(model.score_samples(data)[k].sum() for k in range(K))
+    assert np.isclose(model.bic(data), -2 * loglik + np.log(n) * expected)
+    local = FederatedGaussianMixture(3, method="local-em", random_state=0).fit(data)
+    assert np.isclose(local._n_parameters(np.arange(K)), K * (R - 1 + R * per_component))
+    fedem = FederatedGaussianMixture(3, method="fedem", random_state=0).fit(data)
+    assert np.isclose(fedem._n_parameters(np.arange(K)), K * (R - 1) + R * per_component)
+    # One client's BIC counts that client's parameters only.
+    one = model._n_parameters(np.array([1]))
+    assert np.isclose(one, (R - 1) + per_component * R)
+
+
+def test_icl_adds_the_classification_entropy(data):
+    model = FederatedGaussianMixture(3, random_state=0).fit(data)
+    proba = np.concatenate(model.predict_proba(data))
+    entropy = -np.log(proba.max(axis=1)).sum()
+    assert np.isclose(model.icl(data), model.bic(data) + 2 * entropy)
+    new = model.personalize(data[0])
+    assert np.isclose(model.bic(data[0], client=new) - model.icl(data[0], client=new),
+                      2 * np.log(new.predict_proba(data[0]).max(axis=1)).sum())
+
+
+@pytest.mark.parametrize("criterion", ["bic", "icl", "cv"])
+def test_selection_finds_well_separated_components(data, criterion):
+    selection = select_n_components(FederatedGaussianMixture(max_iter=100, random_state=0), data,
+                                    n_components=[2, 3, 4], criterion=criterion, n_folds=3, random_state=0)
+    assert selection.best_params == {"n_components": 3, "covariance_type": "diag"}
+    assert list(selection.table["n_components"]) == [2, 3, 4]
+    assert selection.best_estimator.n_components == 3 and selection.best_estimator.converged_
+    assert np.argmin(selection.table["score"]) == 1
+
+
+def test_selection_over_covariance_types_and_with_groups(data):
+    X = np.concatenate(data)
+    groups = np.repeat(np.arange(4), 100)
+    selection = select_n_components(FederatedGaussianMixture(method="fedem", random_state=0), X, groups=groups,
+                                    n_components=[2, 3], covariance_types=["spherical", "diag"])
+    assert list(selection.table["covariance_type"]) == ["spherical", "spherical", "diag", "diag"]
+    assert selection.best_params["n_components"] == 3
+    assert selection.best_estimator.method == "fedem"
+
+
+def test_selection_for_regressions():
+    X, y, truth = make_federated_mor(3, 300, centers=np.array([[4.0, 0.0], [-4.0, 2.0]]), random_state=0)
+    selection = select_n_components(FederatedMixtureRegression(n_init=3, random_state=0), X, y,
+                                    n_components=[1, 2, 3])
+    assert selection.best_params == {"n_components": 2}
+    with pytest.raises(ValueError, match="covariance_types"):
+        select_n_components(FederatedMixtureRegression(), X, y, covariance_types=["diag"])
+
+
+def test_cross_validation_trims_an_outlier_client():
+    X, truth = make_federated_gmm(5, 100, centers=CENTERS, random_state=1)
+    X[4] = X[4] * 20.0 + 50.0                        # a client whose held-out likelihood is far lower
+    selection = select_n_components(FederatedGaussianMixture(max_iter=100, random_state=0), X, n_components=[2, 3, 4],
+                                    criterion="cv", n_folds=3, trim=0.2, random_state=0)
+    assert selection.best_params["n_components"] == 3
+
+
+def test_folds_are_even_within_every_client():
+    folds = client_folds([10, 7], 3, np.random.RandomState(0))
+    assert [np.bincount(f).tolist() for f in folds] == [[4, 3, 3], [3, 2, 2]]
+
+
+def test_bad_arguments_are_refused(data):
+    est = FederatedGaussianMixture()
+    with pytest.raises(ValueError, match="criterion"):
+        select_n_components(est, data, criterion="aic2")
+    with pytest.raises(ValueError, match="n_components"):
+        select_n_components(est, data, n_components=[0, 1])
+    with pytest.raises(ValueError, match="n_folds"):
+        select_n_components(est, data, criterion="cv", n_folds=1)
+
+
+def test_the_selection_plot(data, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    selection = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), data, n_components=[2, 3])
+    ax = selection.plot()
+    ax.figure.savefig(tmp_path / "selection.png")
+    assert (tmp_path / "selection.png").stat().st_size > 0
+
+
+def test_bic_prefers_full_covariances_for_correlated_components():
+    """Two components stretched along different diagonals: diagonal variances need extra components
+    to follow the correlation, full covariances do not."""
+    rng = np.random.RandomState(5)
+    cov = np.array([[[2.0, 1.8], [1.8, 2.0]], [[2.0, -1.8], [-1.8, 2.0]]])
+    X = []
+    for _ in range(3):
+        z = rng.randint(2, size=300)
+        X.append(np.array([[0.0, 0.0], [8.0, 0.0]])[z] + np.einsum("nij,nj->ni", np.linalg.cholesky(cov)[z],
+                                                                  rng.randn(300, 2)))
+    selection = select_n_components(FederatedGaussianMixture(random_state=0), X, n_components=[1, 2, 3, 4],
+                                    covariance_types=["diag", "tied", "full"])
+    assert selection.best_params == {"n_components": 2, "covariance_type": "full"}
