@@ -52,7 +52,7 @@ _SHARED_CONSTRAINTS = {
     "penalty_params": P.any_of(P.instance(dict, text="a dict"), P.none),
     "center_restarts": P.integer(0),
     "pooling_sizes": P.one_of(*POOLING_SIZES),
-    "pool_variances": P.boolean,
+    "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
     "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
     "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
     "mixing": P.one_of(*MIXINGS),
@@ -389,24 +389,44 @@ class _FederatedMixture(BaseEstimator, ABC):
         count once per distinct value among the clients: once in all for the
         methods that share components (pooled, FedEM), once per client for the
         others, and for FedGrEM once for the consensus, if any client's
-        component ``r`` sits on it (``pooled_``), plus once per client whose
-        component ``r`` does not. Variances shared by a client's components (a
-        tied covariance, a shared noise variance) count once per client, or once
-        in all where components are shared. A new client adds its proportions only.
+        component ``r`` sits on it (``pooled_``), plus, for each client whose
+        component ``r`` does not, the degrees of freedom its shrinkage leaves
+        (:meth:`_shrunk_components`); its variances once per distinct value
+        (``pooled_variances_``).
+        Variances shared by a client's components (a tied covariance, a shared
+        noise variance) count once per client, or once in all where components
+        are shared (or, for FedGrEM, where they were pooled). A new client adds
+        its proportions only.
         """
         strategy, R, d = METHODS[self.method], self.n_components, self.n_features_in_
-        client_scale = self._family.n_client_scale_parameters(R, d)
-        per_component = (self._family.n_parameters(R, d) - (R - 1) - client_scale) / R
         if index is None:
             return R - 1
         K = len(index)
-        if hasattr(self, "pooled_"):
-            pooled = self.pooled_[index]
-            sets = (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
-        else:
-            sets = np.full(R, 1 if strategy.shares_components else K)
-        scale_sets = 1 if strategy.shares_components else K
-        return (1 if strategy.shared else K) * (R - 1) + per_component * sets.sum() + client_scale * scale_sets
+        p = self._family.param_dim(d)
+        client_scale = self._family.n_client_scale_parameters(R, d)
+        component_scale = (self._family.n_parameters(R, d) - (R - 1) - client_scale) / R - p
+
+        def distinct(pooled):
+            """Distinct values per component: the clients off the consensus, and the consensus if used."""
+            if pooled is None:
+                return np.full(R, 1 if strategy.shares_components else K)
+            return (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
+
+        means = self._shrunk_components(index) if hasattr(self, "pooled_") else distinct(None)
+        scales = distinct(self.pooled_variances_[index] if hasattr(self, "pooled_variances_") else None)
+        return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()
+                + client_scale * scales[0])
+
+    def _shrunk_components(self, index):
+        """FedGrEM's component parameters in units of ``p`` (R,): the consensus once if any client sits on
+        it, and each client off it by the group lasso's degrees of freedom (Yuan & Lin 2006, Sec. 4:
+        ``1 + (p - 1) ||beta_g|| / ||beta_g^LS||``) divided by ``p``, with ``||beta_g|| / ||beta_g^LS||`` the
+        share of its distance to the consensus the central update leaves it (``1 - threshold / distance``).
+        A client kept far off counts almost ``p``; one shrunk most of the way, little more than 1."""
+        pooled, p = self.pooled_[index], self._family.param_dim(self.n_features_in_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kept = np.clip(1.0 - self.pooling_threshold_[index] / self.distance_to_center_[index], 0.0, 1.0)
+        return pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
 
     def _bic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, np.log)
@@ -554,11 +574,15 @@ _SHARED_PARAMS_DOC = """
         paper), or ``n_k w_kr R``, each component's effective sample size
         (scaled to equal ``n_k`` under uniform proportions), which pools small
         components at their own noise level (``docs/fedgrem.md``).
-    pool_variances : bool, default=True
-        FedGrEM with estimated per-component variances: a component pooled
-        onto the centre also takes the pooled variance (the pooled M-step at
-        the common mean, :func:`fedmm.algorithms.fedgrem.pool_variances`);
-        False keeps every client's own.
+    pool_variances : {True, False, "robust"}, default=True
+        FedGrEM with estimated variances: True, a component pooled onto the
+        centre also takes the pooled variance (the pooled M-step at the common
+        mean, :func:`fedmm.algorithms.fedgrem.pool_variances`); False keeps
+        every client's own; "robust", the variances (covariances, noise
+        variances) get their own robust central update on log-variances
+        (:func:`fedmm.algorithms.fedgrem.robust_scale`), pooled where they are
+        alike whether or not the means are. ``pooled_variances_`` says whose
+        were pooled.
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"

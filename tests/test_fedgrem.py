@@ -153,3 +153,47 @@ def test_component_pooling_sizes_use_each_components_effective_size():
     np.testing.assert_allclose(gm.pooling_threshold_, expected, rtol=0.05)  # weights of the last E-step
     with pytest.raises(ValueError, match="pooling_sizes"):
         FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", pooling_sizes="sample").fit(X)
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "full", "tied"])
+def test_robust_variance_pooling_pools_alike_covariances_and_leaves_an_outlier(covariance_type):
+    """``robust_scale``: equal covariances are pooled onto themselves; a client whose covariance is 10 times
+    larger is farther than any threshold (``log 10 sqrt(d / 2)`` against ``lambda / sqrt(n)``) and keeps
+    all but ``lambda / sqrt(n)`` of its log-distance."""
+    from fedmm.algorithms.fedgrem import robust_scale
+    family, d, K, R = GaussianFamily(covariance_type), 3, 6, 2
+    rng = np.random.RandomState(0)
+    A = rng.randn(R, d, d)
+    cov = A @ np.swapaxes(A, 1, 2) + np.eye(d)
+    if covariance_type == "tied":
+        cov[:] = cov[0]
+    if covariance_type == "diag":
+        cov = np.diagonal(cov, axis1=1, axis2=2)[..., None, :] * np.eye(d)
+    flat = lambda c: c.reshape(c.shape[:-2] + (d * d,)) if family._matrix else np.diagonal(c, axis1=-2, axis2=-1)  # noqa: E731
+    scale = np.broadcast_to(flat(cov), (K, R) + flat(cov).shape[1:]).copy()
+    scale[-1] *= 10.0
+    n = np.full(K, 400.0)
+    lam = 2.0 * np.sqrt(d + np.log(K)) / 0.9
+    pooled_scale, pooled = robust_scale(family, scale, n, lam, d)
+    assert pooled[:-1].all() and not pooled[-1].any()
+    # The inliers share the consensus, which the outlier pulls by less than the threshold (bounded influence);
+    # the outlier moves towards it by exactly the threshold, in the log-Euclidean metric.
+    np.testing.assert_allclose(pooled_scale[:-1], np.broadcast_to(pooled_scale[0], pooled_scale[:-1].shape),
+                               rtol=1e-10)
+    v, v_new = family.log_scale(scale, d), family.log_scale(pooled_scale, d)
+    assert (np.linalg.norm(v[0] - v_new[0], axis=-1) < lam / np.sqrt(400.0)).all()
+    np.testing.assert_allclose(np.linalg.norm(v[-1] - v_new[-1], axis=-1), lam / np.sqrt(400.0), rtol=1e-6)
+
+
+def test_robust_variance_pooling_in_a_fit():
+    """Different means (h = 3), the same covariances: "robust" pools the covariances the means leave apart."""
+    X, truth = make_federated_gmm(5, 300, centers=3 * CENTERS, h=3.0, random_state=1)
+    fits = {pool: FederatedGaussianMixture(3, covariance_type="full", pool_variances=pool, random_state=0).fit(X)
+            for pool in (True, "robust")}
+    assert fits["robust"].pooled_variances_.mean() > 0.8 > fits[True].pooled_variances_.mean()
+    np.testing.assert_array_equal(fits[True].pooled_variances_, fits[True].pooled_)
+    # The pooled covariances are the truth's identity within sampling error (n = 5 x 300 / 3 per component).
+    pooled = fits["robust"].covariances_[fits["robust"].pooled_variances_]
+    assert np.abs(pooled - np.eye(2)).max() < 5 * np.sqrt(2 / 500)
+    with pytest.raises(ValueError, match="pool_variances"):
+        FederatedGaussianMixture(3, pool_variances="always").fit(X)

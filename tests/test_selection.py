@@ -17,12 +17,21 @@ def data():
 
 
 def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
+    """Means: the consensus once where used, each unpooled client by the group lasso's degrees of freedom
+    ``1 + (d - 1) (1 - threshold / distance)`` (Yuan & Lin 2006); diagonal variances once per distinct value."""
     model = FederatedGaussianMixture(3, random_state=0).fit(data)
     K, R, d = 4, 3, 2
     n = 4 * 100
     per_component = 2 * d                                             # mean and diagonal variances
     pooled = model.pooled_
-    expected = K * (R - 1) + per_component * ((~pooled).sum() + pooled.any(axis=0).sum())
+    assert not pooled.all()                                           # the count below has both kinds
+    mean_df = 0.0
+    for r in range(R):
+        mean_df += d * pooled[:, r].any()
+        for k in np.flatnonzero(~pooled[:, r]):
+            kept = 1 - model.pooling_threshold_[k, r] / model.distance_to_center_[k, r]
+            mean_df += 1 + (d - 1) * kept
+    expected = K * (R - 1) + mean_df + d * ((~pooled).sum() + pooled.any(axis=0).sum())
     loglik = sum(model.score_samples(data)[k].sum() for k in range(K))
     assert np.isclose(model.bic(data), -2 * loglik + np.log(n) * expected)
     local = FederatedGaussianMixture(3, method="local-em", random_state=0).fit(data)
@@ -31,7 +40,7 @@ def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
     assert np.isclose(fedem._n_parameters(np.arange(K)), K * (R - 1) + R * per_component)
     # One client's BIC counts that client's parameters only.
     one = model._n_parameters(np.array([1]))
-    assert np.isclose(one, (R - 1) + per_component * R)
+    assert (R - 1) + R * (d + 1) <= one <= (R - 1) + per_component * R
 
 
 def test_icl_adds_the_classification_entropy(data):

@@ -95,19 +95,21 @@ def _affine(method, seed):
     return B
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method, options", [(m, {}) for m in sorted(METHODS)]
+                         + [("fedgrem", {"pool_variances": "robust"})])
 @pytest.mark.parametrize("covariance_type", ["tied", "full"])
 @settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), b=shifts)
-def test_full_and_tied_covariances_are_equivariant_to_affine_maps(method, covariance_type, seed, b):
+def test_full_and_tied_covariances_are_equivariant_to_affine_maps(method, options, covariance_type, seed, b):
     """``x -> x B + b``: ``mu -> mu B + b``, ``Sigma -> B^T Sigma B``, log-likelihoods move by ``-log|det B|``.
     The Cholesky whitening of the units turns a per-feature map into sign flips of the internal
-    coordinates, which the coordinate-wise medians follow."""
+    coordinates, which the coordinate-wise medians and the log-Euclidean distances follow."""
     X = _gmm_clients(2)
     B = _affine(method, seed)
     shift = np.array([b, -b / 3])
     mapped = [Xk @ B + shift for Xk in X]
-    make = lambda: FederatedGaussianMixture(3, method=method, covariance_type=covariance_type, **FIT)  # noqa: E731
+    make = lambda: FederatedGaussianMixture(3, method=method, covariance_type=covariance_type,  # noqa: E731
+                                            **options, **FIT)
     ref, new = _fit_quietly(make(), X), _fit_quietly(make(), mapped)
     for labels, labels_new in zip(ref.predict(X), new.predict(mapped)):
         np.testing.assert_array_equal(labels, labels_new)

@@ -100,6 +100,31 @@ def pool_variances(scale, N, pooled):
     return np.where(pooled[..., None] & (total > 0), (share * scale).sum(axis=0), scale)
 
 
+def robust_scale(family, scale, sizes, lam, n_features, **solver):
+    """The variances' own robust central update (``pool_variances="robust"``; fedmm's, beyond the paper).
+
+    FedGrEM's central problem (Algorithm 1, :func:`fedmm.central.central_update`) solved on
+    ``v_kr = family.log_scale(Sigma_kr)``, log-variances scaled so that each coordinate's sampling sd is
+    about ``1 / sqrt(N_kr)``: the role the noise units play for the means. For full covariances the
+    distance is ``||log Sigma_kr - log Sigma_bar_r||_F / sqrt(2)``, the log-Euclidean metric: a client
+    within ``lambda / sqrt(size)`` of the consensus takes it, a far one (an outlier's variances) keeps
+    all but that distance. Variances one per client (tied, shared noise) form one group per client.
+
+    Returns
+    -------
+    scale : ndarray of shape (K, R, s)
+    pooled : ndarray of shape (K, R), bool
+        Whose variances sit on the consensus.
+    """
+    per_component = family.scale_per_component
+    own = scale if per_component else scale[:, :1]
+    central = central_update(family.log_scale(own, n_features), sizes if per_component else sizes[:, None], lam,
+                             **solver)
+    pooled_scale = family.exp_scale(central.nu, n_features)
+    R = scale.shape[1]
+    return np.broadcast_to(pooled_scale, scale.shape).copy(), np.broadcast_to(central.pooled, (len(scale), R)).copy()
+
+
 class Consensus(NamedTuple):
     """FedGrEM's account of its last central update (noise units: ``theta / sigma_r``, :func:`noise_scale`).
 
@@ -115,6 +140,8 @@ class Consensus(NamedTuple):
         The pooling distance ``lambda_T / sqrt(n_k)`` (or per-component sizes).
     sqrt_n_lambda : ndarray of shape (K, 1)
         ``sqrt(n_k) lambda_T``: ``n_k`` times the client's threshold.
+    pooled_scale : ndarray of shape (K, R), bool
+        Whose variances sit on the consensus (with the means, or by :func:`robust_scale`).
     """
 
     center: np.ndarray
@@ -122,6 +149,7 @@ class Consensus(NamedTuple):
     distance: np.ndarray
     threshold: np.ndarray
     sqrt_n_lambda: np.ndarray
+    pooled_scale: np.ndarray
 
 
 class FedGrEMState(NamedTuple):
@@ -131,9 +159,11 @@ class FedGrEMState(NamedTuple):
     family: object
     n_k: np.ndarray
     schedule: Callable
+    scale_schedule: Callable
     lam: float = np.nan
     central: CentralResult | None = None
     sigma: np.ndarray | None = None
+    scale_pooled: np.ndarray | None = None
     warned: bool = False
 
 
@@ -162,10 +192,15 @@ class FedGrEM(GradientStrategy):
         consensus and keeps its first estimate, so robustness is kept.
         0 gives the paper's algorithm. The engine runs the passes
         (:meth:`restart`, :meth:`keep_restart`).
-    pool_variances : bool
-        Components pooled onto the centre also share their variance
-        (:func:`pool_variances`); False keeps every client's own, as the
-        paper's identity-covariance model never needs to decide.
+    pool_variances : {True, False, "robust"}
+        True: components pooled onto the centre also share their variance
+        (:func:`pool_variances`). False keeps every client's own, as the
+        paper's identity-covariance model never needs to decide. "robust":
+        the variances get their own central update, the same problem as the
+        means' on log-variances in noise units (:func:`robust_scale`), so a
+        client's covariance is pooled when it is near the consensus whether or
+        not its mean is; tied covariances and shared noise variances, one per
+        client, are pooled as one group per client.
     central_tol, central_max_iter
         Tolerance and cap of the central problem's alternating minimization.
     """
@@ -188,6 +223,8 @@ class FedGrEM(GradientStrategy):
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
         self.pooling_sizes = pooling_sizes
+        if not (isinstance(pool_variances, (bool, np.bool_)) or pool_variances == "robust"):
+            raise ValueError(f"pool_variances must be True, False or 'robust', got {pool_variances!r}.")
         self.pool_variances = pool_variances
         self.penalty = penalty
         self.penalty_params = penalty_params
@@ -196,8 +233,11 @@ class FedGrEM(GradientStrategy):
         self.central_max_iter = central_max_iter
 
     def server_start(self, family, start, n_k):
-        schedule = penalty_schedule(self.penalty, self.penalty_params, start.theta.shape[-1], len(n_k), n_k.mean())
-        return Broadcast(start), FedGrEMState(family, n_k, schedule)
+        d, K = start.theta.shape[-1], len(n_k)
+        schedule = penalty_schedule(self.penalty, self.penalty_params, d, K, n_k.mean())
+        q = family.log_scale(start.scale[:1, :1], start.theta.shape[-1]).shape[-1]
+        scale_schedule = penalty_schedule(self.penalty, self.penalty_params, q, K, n_k.mean())
+        return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule)
 
     def server_step(self, messages, state, t):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``."""
@@ -215,10 +255,16 @@ class FedGrEM(GradientStrategy):
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
         scale = family.update_scale(messages.stats, nu)
-        if self.pool_variances and family.scale_per_component:
+        scale_pooled = np.zeros_like(central.pooled)
+        if self.pool_variances == "robust":
+            sizes = self._sizes(messages.n, messages.weights) if family.scale_per_component else messages.n
+            scale, scale_pooled = robust_scale(family, scale, sizes, state.scale_schedule(t), messages.theta.shape[-1],
+                                               tol=self.central_tol, max_iter=self.central_max_iter)
+        elif self.pool_variances and family.scale_per_component:
             scale = pool_variances(scale, messages.stats.N, central.pooled)
+            scale_pooled = central.pooled
         params = MixtureParams(messages.weights, nu, scale)
-        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma)
+        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma, scale_pooled=scale_pooled)
 
     def _sizes(self, n_k, weights):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
@@ -234,7 +280,7 @@ class FedGrEM(GradientStrategy):
     def diagnostics(self, state):
         c = state.central
         return Consensus(c.center * state.sigma, c.pooled, c.distance, c.threshold,
-                         state.lam * np.sqrt(state.n_k)[:, None])
+                         state.lam * np.sqrt(state.n_k)[:, None], state.scale_pooled)
 
     def center(self, diagnostics):
         return diagnostics.center
@@ -256,13 +302,14 @@ class FedGrEM(GradientStrategy):
         return gain[cut:len(gain) - cut].mean() > 0.5 * chi2.ppf(0.95, best.params.theta.shape[-1]) / np.median(n_k)
 
     def fitted_attributes(self, result, client_ids, n_k):
-        """``pooled_``, ``distance_to_center_``, ``pooling_threshold_``, ``outlier_scores_``
+        """``pooled_``, ``pooled_variances_``, ``distance_to_center_``, ``pooling_threshold_``, ``outlier_scores_``
         (:func:`outlier_scores`), ``suspected_outliers_`` (score above 1, most suspect first),
         ``center_restarts_`` and ``restarted_clients_``."""
         c = result.diagnostics
         scores = outlier_scores(c.distance, n_k[:, None] * result.params.weights, result.params.theta.shape[-1])
         suspects = np.flatnonzero(scores > 1.0)
-        return {"pooled_": c.pooled, "distance_to_center_": c.distance, "pooling_threshold_": c.threshold,
+        return {"pooled_": c.pooled, "pooled_variances_": c.pooled_scale, "distance_to_center_": c.distance,
+                "pooling_threshold_": c.threshold,
                 "outlier_scores_": scores, "suspected_outliers_": client_ids[suspects[np.argsort(-scores[suspects])]],
                 "center_restarts_": result.restarts, "restarted_clients_": client_ids[result.restarted]}
 

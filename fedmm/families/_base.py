@@ -161,6 +161,17 @@ class Family(ABC):
         """The consensus's variances from the clients' (K, R, s): their coordinate-wise median."""
         return np.median(scale, axis=0)
 
+    def log_scale(self, scale, n_features):
+        """Variances (..., s) as log-variances in noise units (..., q): coordinates whose sampling sd is
+        about ``1 / sqrt(N_r)`` at every scale, so that FedGrEM's central update can pool them as it pools
+        the means (``pool_variances="robust"``). A variance estimated from ``N`` samples has a logarithm
+        with sd ``sqrt(2 / N)``, so ``v = log(sigma^2) / sqrt(2)``."""
+        return np.log(scale) / np.sqrt(2.0)
+
+    def exp_scale(self, v, n_features):
+        """The inverse of :meth:`log_scale`."""
+        return np.exp(np.sqrt(2.0) * v)
+
     def n_client_scale_parameters(self, n_components, n_features):
         """Parameters of the variances shared by all of a client's components (counted per client, not per
         component, by the information criteria); none unless overridden."""

@@ -112,6 +112,36 @@ class GaussianFamily(Family):
         L = np.median(np.linalg.cholesky(scale.reshape(scale.shape[:-1] + (d, d))), axis=0)
         return (L @ np.swapaxes(L, -1, -2)).reshape(scale.shape[1:])
 
+    def log_scale(self, scale, n_features):
+        """Log-variances in noise units (:meth:`Family.log_scale`). Spherical: ``log(sigma^2) sqrt(d / 2)``
+        (the mean of ``d`` coordinate variances); diagonal: ``log(sigma_j^2) / sqrt(2)``; full and tied: the
+        matrix logarithm ``log Sigma`` (log-Euclidean), its diagonal over ``sqrt(2)`` and its upper
+        off-diagonal entries as they are, so that the Euclidean norm is ``||log Sigma||_F / sqrt(2)``, which
+        rotations of the features leave unchanged."""
+        if self.covariance_type == "spherical":
+            return np.log(scale) * np.sqrt(n_features / 2.0)
+        if not self._matrix:
+            return super().log_scale(scale, n_features)
+        d = n_features
+        values, vectors = np.linalg.eigh(scale.reshape(scale.shape[:-1] + (d, d)))
+        log_cov = (vectors * np.log(values)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+        rows, cols = np.triu_indices(d)
+        return log_cov[..., rows, cols] * np.where(rows == cols, 1.0 / np.sqrt(2.0), 1.0)
+
+    def exp_scale(self, v, n_features):
+        if self.covariance_type == "spherical":
+            return np.exp(v / np.sqrt(n_features / 2.0))
+        if not self._matrix:
+            return super().exp_scale(v, n_features)
+        d = n_features
+        rows, cols = np.triu_indices(d)
+        log_cov = np.zeros(v.shape[:-1] + (d, d))
+        log_cov[..., rows, cols] = v * np.where(rows == cols, np.sqrt(2.0), 1.0)
+        log_cov[..., cols, rows] = log_cov[..., rows, cols]
+        values, vectors = np.linalg.eigh(log_cov)
+        cov = (vectors * np.exp(values)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+        return cov.reshape(v.shape[:-1] + (d * d,))
+
     @property
     def _squares(self):
         """Which squared sums the variances need (see ``fedmm.kernels._numpy._gaussian_stats``)."""
