@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .algorithms import METHODS
 from .studies import ALL_METHODS, METRIC_NAMES, format_table, plot_study, run_study, write_csv
 
 DEMO_METHODS = ("fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem")
@@ -120,7 +121,8 @@ def main(argv=None):
     p_sim.add_argument("--h", type=parse_range, default="0:2:0.25",
                        help="heterogeneity levels >= 0: start:stop:step, or a,b,c (default 0:2:0.25)")
     p_sim.add_argument("--reps", type=count, default=10, help="replications per h (default 10)")
-    p_sim.add_argument("--methods", default="all", help=f"comma-separated, or 'all' ({', '.join(ALL_METHODS)})")
+    p_sim.add_argument("--methods", default="all", help=f"comma-separated from {', '.join(sorted(METHODS))}, or "
+                       f"'all' (Fig. 3's: {', '.join(ALL_METHODS)})")
     p_sim.add_argument("--out", default="fedmm-study", help="output folder (default fedmm-study)")
     p_sim.add_argument("--clients", type=_number(int, 2), default=10, help="number of clients K >= 2 (default 10)")
     p_sim.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
@@ -148,9 +150,9 @@ def main(argv=None):
             p_sim.error(f"argument --outliers: {args.outliers} outliers among {args.clients} clients; fewer than "
                         "half the clients may be outliers")
         methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
-        unknown = sorted(set(methods) - set(ALL_METHODS))
+        unknown = sorted(set(methods) - set(METHODS))
         if unknown:
-            p_sim.error(f"argument --methods: unknown {unknown}; choose from {', '.join(ALL_METHODS)}")
+            p_sim.error(f"argument --methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
     if args.command == "bounds":
         from .theory import bound, federation_helps
         setting = dict(model=args.model, n=args.n, K=args.K, d=args.d, R=args.R, h=args.h, eps=args.eps, T=args.T,

@@ -89,6 +89,10 @@ class FederatedData:
                              np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp),
                              self.client_ids if client_ids is None else client_ids)
 
+    def clients(self, index):
+        """The clients ``index`` (positions, in that order) alone."""
+        return self.select([np.arange(self.offsets[k], self.offsets[k + 1]) for k in index], self.client_ids[index])
+
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""
         return FederatedData(X, self.y, self.offsets, self.client_ids, self.order, self.feature_names)

@@ -25,10 +25,13 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .algorithms import GradientStrategy
 from .families import MixtureParams
-from .protocol import stack, take
+from sklearn.utils import check_random_state
+
+from .protocol import put, stack, take
 from .tuning import first_best
 
-__all__ = ["MODES", "DivergenceError", "FitResult", "Progress", "run_rounds", "run", "fit_restarts", "fit_weights"]
+__all__ = ["MODES", "DivergenceError", "FitResult", "Progress", "Participation", "run_rounds", "run", "fit_restarts",
+           "fit_weights"]
 
 MODES = ("batched", "per-client")
 
@@ -109,6 +112,41 @@ class Progress:
 SILENT = Progress(0)
 
 
+class Participation:
+    """Which clients a round hears: a sample of ``fraction`` of them, less those that drop out.
+
+    Every round after the first the server asks ``max(1, round(fraction K))``
+    clients drawn uniformly without replacement (FedEM's client sampling,
+    Marfoq et al. Sec. 4 and App. J.6), and each asked client fails to reply
+    with probability ``dropout``. The first round hears everyone: the start
+    already needed every client (local starts and their alignment). The server
+    keeps every client's last message and uses it for the clients it did not
+    hear (as MIFA does, Gu et al., NeurIPS 2021; incremental EM for the pooled
+    methods, Neal & Hinton 1998), so FedGrEM's central problem still sees every
+    client, outliers included; clients not heard keep their parameters until
+    they are next asked.
+
+    Parameters
+    ----------
+    fraction : float in (0, 1]
+    dropout : float in [0, 1)
+    random_state : int, RandomState or None
+    """
+
+    def __init__(self, fraction=1.0, dropout=0.0, random_state=None):
+        self.fraction, self.dropout = fraction, dropout
+        self.rng = check_random_state(random_state)
+
+    def __call__(self, t, K):
+        """(K,) bool, the clients heard in round ``t``; None when all are."""
+        if t == 1 or (self.fraction >= 1.0 and self.dropout == 0.0):
+            return None
+        asked = self.rng.choice(K, max(1, round(self.fraction * K)), replace=False)
+        heard = np.zeros(K, dtype=bool)
+        heard[asked[self.rng.random_sample(len(asked)) >= self.dropout]] = True
+        return heard
+
+
 def _clients(fn, data, mode, *trees):
     """``fn(data, *trees)`` for all clients at once, or client by client with the results stacked."""
     if mode == "batched":
@@ -121,13 +159,16 @@ def _clients(fn, data, mode, *trees):
     return stack(replies)
 
 
-def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT):
+def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
     """Rounds of ``strategy`` from ``start`` until ``max_iter`` or the stopping rule.
 
     Stops when the quantity named by ``strategy.stop_on`` changed by less
     than ``tol`` in a round: no client's mean log-likelihood per sample
     (scikit-learn's rule, client by client), or no weight or parameter
-    coordinate of any client.
+    coordinate of any client. ``participation`` (:class:`Participation`)
+    picks the clients each round hears; the server reuses the last message of
+    the others. Every round records its communication
+    (:meth:`~fedmm.algorithms.Strategy.communication`) in ``history``.
 
     A run of an ascent strategy that ends with a lower total log-likelihood
     than its start draws a :class:`sklearn.exceptions.ConvergenceWarning`.
@@ -139,16 +180,25 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
         non-finite, or whose parameters left every plausible range (1e8 times
         the size of the data they were fitted on).
     """
-    n_k = data.n_samples
+    n_k, K = data.n_samples, data.n_clients
     broadcast, server = strategy.server_start(family, start, n_k)
     clients = _clients(lambda d, s: strategy.client_start(s, d.n_samples), data, mode, start)
-    params, history, previous, converged = start, [], None, False
+    params, history, previous, converged, messages = start, [], None, False, None
+    calm = np.zeros(K, dtype=bool)  # clients heard since the stopping rule last failed
     bound = 1e8 * (1.0 + np.abs(data.X).max() + (0.0 if data.y is None else np.abs(data.y).max()))
+    step = lambda d, s, b: strategy.client_step(family, d, s, b)  # noqa: E731
     # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(1, max_iter + 1):
-            messages, clients = _clients(lambda d, s, b: strategy.client_step(family, d, s, b), data, mode,
-                                         clients, broadcast)
+            mask = None if participation is None else participation(t, K)
+            mask = np.ones(K, dtype=bool) if mask is None else mask
+            heard = np.flatnonzero(mask)
+            if mask.all():
+                messages, clients = _clients(step, data, mode, clients, broadcast)
+            elif heard.size:
+                replies, states = _clients(step, data.clients(heard), mode, take(clients, heard),
+                                           take(broadcast, heard))
+                messages, clients = put(messages, heard, replies), put(clients, heard, states)
             if t == 1:
                 start_loglik = messages.loglik
             broadcast, server = strategy.server_step(messages, server, t)
@@ -157,14 +207,17 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
             mean_ll = messages.loglik / n_k
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
             history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
+                            **strategy.communication(take(messages, heard), take(broadcast, heard), server),
                             **strategy.round_info(server)})
             progress.round(t, history[-1])
             params = new
             if strategy.stop_on == "parameter_change":
-                done = change < tol
+                calm_round = change < tol
             else:
-                done = previous is not None and np.max(np.abs(mean_ll - previous)) < tol
-            if done:
+                calm_round = previous is not None and np.max(np.abs(mean_ll - previous)) < tol
+            # Stop after calm rounds that heard every client: a round that heard few says little about the rest.
+            calm = calm | mask if calm_round else np.zeros(K, dtype=bool)
+            if calm.all():
                 converged = True
                 break
             previous = mean_ll
@@ -177,7 +230,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
     return FitResult(params, t, converged, records, loglik, strategy.diagnostics(server))
 
 
-def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT):
+def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
     """Rounds from ``start``, then the further passes the strategy asks for.
 
     After each pass the engine asks :meth:`~fedmm.algorithms.Strategy.restart`
@@ -186,7 +239,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
     refuse, settles the mixed state with one more pass.
     """
-    result = run_rounds(strategy, family, data, start, max_iter, tol, mode, progress)
+    result = run_rounds(strategy, family, data, start, max_iter, tol, mode, progress, participation)
     label = progress.label
     for attempt in itertools.count(1):
         proposal = strategy.restart(result, attempt)
@@ -195,7 +248,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
         restart, fresh = proposal
         restart = restart._replace(weights=fit_weights(family, data, restart, fresh, max_iter, tol))
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
-        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode, progress)
+        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode, progress, participation)
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
             break
@@ -203,7 +256,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
             passes.append(run_rounds(strategy, family, data, trial.params.where(keep, result.params), max_iter, tol,
-                                     mode, progress))
+                                     mode, progress, participation))
         final = passes[-1]
         result = final._replace(n_iter=sum(p.n_iter for p in passes),
                                 history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
@@ -211,7 +264,8 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     return result
 
 
-def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", progress=SILENT):
+def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", progress=SILENT,
+                 participation=None):
     """Run from every start and keep the best log-likelihood.
 
     Per-client strategies fit independent problems, so each client keeps its
@@ -224,7 +278,7 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", 
     runs = []
     for i, start in enumerate(starts):
         progress.begin(f"start {i + 1} of {len(starts)}")
-        runs.append(run(strategy, family, data, start, max_iter, tol, mode, progress))
+        runs.append(run(strategy, family, data, start, max_iter, tol, mode, progress, participation))
     loglik = np.stack([r.loglik for r in runs])                     # (n_starts, K)
     best_total = 0
     for i, candidate in enumerate(runs[1:], start=1):

@@ -23,7 +23,7 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
-from .engine import Progress, fit_restarts, fit_weights
+from .engine import Participation, Progress, fit_restarts, fit_weights
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
@@ -57,6 +57,8 @@ _SHARED_CONSTRAINTS = {
     "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
     "mixing": P.one_of(*MIXINGS),
     "n_gossip": P.integer(1),
+    "participation": P.real(0.0, 1.0, low_open=True),
+    "dropout": P.real(0.0, 1.0, high_open=True),
     "backend": P.one_of(*BACKENDS),
     "verbose": P.integer(0),
     "verbose_interval": P.integer(1),
@@ -77,7 +79,7 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
     #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
     _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip")
+                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip", "participation", "dropout")
     _gradient_options = ()
 
     @abstractmethod
@@ -126,6 +128,8 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _applies(cls, name, method):
         if name not in cls._method_options:
             return True
+        if name in ("participation", "dropout"):  # the engine's, for methods whose server hears clients
+            return METHODS[method].client_server
         gradient = issubclass(METHODS[method], GradientStrategy)
         return name in method_options(method) or (name in cls._gradient_options and gradient)
 
@@ -221,8 +225,11 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _estimate(self, family, data, strategy, rng, user, starts=None, progress=None):
         """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
         starts = self._starts(family, data, strategy, rng, user) if starts is None else starts
+        participation = None
+        if self.participation < 1.0 or self.dropout > 0.0:
+            participation = Participation(self.participation, self.dropout, rng.randint(2 ** 31 - 1))
         result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol,
-                              progress=progress or Progress())
+                              progress=progress or Progress(), participation=participation)
         alignment = starts[result.start][1]
         if strategy.per_client and self.alignment is not None and data.n_clients > 1:
             # Independent clients label their components in any order; relabel the final
@@ -395,8 +402,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         (``pooled_variances_``).
         Variances shared by a client's components (a tied covariance, a shared
         noise variance) count once per client, or once in all where components
-        are shared (or, for FedGrEM, where they were pooled). A new client adds
-        its proportions only.
+        are shared (or, for FedGrEM, where they were pooled). d-FedGrEM, with a
+        consensus per neighbourhood, counts every client's own (an upper
+        bound, as for local EM). A new client adds its proportions only.
         """
         strategy, R, d = METHODS[self.method], self.n_components, self.n_features_in_
         if index is None:
@@ -412,8 +420,8 @@ class _FederatedMixture(BaseEstimator, ABC):
                 return np.full(R, 1 if strategy.shares_components else K)
             return (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
 
-        means = self._shrunk_components(index) if hasattr(self, "pooled_") else distinct(None)
-        scales = distinct(self.pooled_variances_[index] if hasattr(self, "pooled_variances_") else None)
+        means = self._shrunk_components(index) if strategy.pools_onto_consensus else distinct(None)
+        scales = distinct(self.pooled_variances_[index] if strategy.pools_onto_consensus else None)
         return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()
                 + client_scale * scales[0])
 
@@ -586,13 +594,21 @@ _SHARED_PARAMS_DOC = """
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
-        D-FedEM: the communication graph (``docs/decentralized.md``): a name, an
+        D-FedEM and d-FedGrEM: the communication graph (``docs/decentralized.md``): a name, an
         adjacency matrix, or a time-varying ``t -> W``; "erdos-renyi" draws a
         connected Erdos-Renyi(K, 0.5) graph from ``random_state`` (the FedEM paper's).
     mixing : {"fastest", "metropolis-hastings"}, default="fastest"
         D-FedEM: the mixing matrix on the graph (:mod:`fedmm.graphs`).
     n_gossip : int, default=1
         D-FedEM: exchanges with the neighbours per round.
+    participation : float in (0, 1], default=1.0
+        Client-server methods (FedGrEM, FedEM, pooled): the fraction of clients
+        the server asks each round after the first, drawn from
+        ``random_state``; it reuses the last message of the others
+        (:class:`fedmm.engine.Participation`, ``docs/decentralized.md``).
+    dropout : float in [0, 1), default=0.0
+        Client-server methods: the probability that an asked client does not
+        reply in a round (it is then treated as not asked).
     backend : {"auto", "numba", "numpy", "cupy"}, default="auto"
         Kernels for the E-step (``docs/performance.md``): Numba's fused
         parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
@@ -631,7 +647,8 @@ _SHARED_ATTRS_DOC = """
     history_ : dict of ndarray of shape (n_iter_,)
         Round by round, for the start with the highest total log-likelihood:
         ``"log_likelihood"`` (mean per sample, at the round's start),
-        ``"parameter_change"``, and for FedGrEM ``"penalty"`` (``lambda_t``),
+        ``"parameter_change"``, ``"messages"`` and ``"floats"`` sent in the round
+        (``docs/decentralized.md``, "Communication"), and for FedGrEM ``"penalty"`` (``lambda_t``),
         ``"central_iterations"`` and ``"pooled_fraction"``.
     center_ : ndarray of shape (n_components, n_features)
         The consensus: FedGrEM's ``nu_bar``, the shared estimate of FedEM and
@@ -715,8 +732,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
-                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1,
-                 reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
+                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, participation=1.0,
+                 dropout=0.0, reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
                  random_state=None):
         self.n_components = n_components
         self.method = method
@@ -737,6 +754,8 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.graph = graph
         self.mixing = mixing
         self.n_gossip = n_gossip
+        self.participation = participation
+        self.dropout = dropout
         self.reg_covar = reg_covar
         self.weights_init = weights_init
         self.means_init = means_init
@@ -918,8 +937,8 @@ class FederatedMixtureRegression(_FederatedMixture):
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
-                 n_gossip=1, weights_init=None, coef_init=None, backend="auto", verbose=0, verbose_interval=10,
-                 random_state=None):
+                 n_gossip=1, participation=1.0, dropout=0.0, weights_init=None, coef_init=None, backend="auto",
+                 verbose=0, verbose_interval=10, random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -941,6 +960,8 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.graph = graph
         self.mixing = mixing
         self.n_gossip = n_gossip
+        self.participation = participation
+        self.dropout = dropout
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.backend = backend

@@ -20,7 +20,7 @@ import numpy as np
 
 from .families import MixtureParams
 
-__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "take", "stack"]
+__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "take", "stack", "put", "n_floats"]
 
 
 class ClientMessage(NamedTuple):
@@ -103,12 +103,33 @@ class ClientState(NamedTuple):
 
 
 def take(tree, k):
-    """Client ``k``'s part (leading axis kept, of length 1) of a message, broadcast or state."""
+    """Client ``k``'s part (leading axis kept, of length 1) of a message, broadcast or state; for an array of
+    indices, those clients' parts in that order."""
     if tree is None:
         return None
     if isinstance(tree, tuple):
         return type(tree)(*(take(field, k) for field in tree))
-    return tree[k:k + 1]
+    return tree[k:k + 1] if np.ndim(k) == 0 else tree[k]
+
+
+def put(tree, index, part):
+    """A copy of ``tree`` whose rows ``index`` are ``part``'s (a round heard from some clients only)."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple):
+        return type(tree)(*(put(field, index, new) for field, new in zip(tree, part)))
+    tree = tree.copy()
+    tree[index] = part
+    return tree
+
+
+def n_floats(tree):
+    """How many numbers a message or broadcast carries, over all its clients (communication accounting)."""
+    if tree is None:
+        return 0
+    if isinstance(tree, tuple):
+        return sum(n_floats(field) for field in tree)
+    return int(np.size(tree))
 
 
 def stack(trees):

@@ -5,7 +5,8 @@ a setting uses seed ``random_state + i`` for the data, whatever the method), in
 parallel (joblib) with a progress bar (tqdm), and returns one tidy row per fit:
 the setting, the method, the paper's errors (maximum over the non-outlier
 clients, FedGrEM Sec. 4.1, Fig. 3) and their means, the mis-clustering rate
-and adjusted Rand index on held-out data, and how the fit converged.
+and adjusted Rand index on held-out data, how the fit converged, and what its
+rounds sent (``messages``, ``floats``; the kept run's, ``docs/decentralized.md``).
 """
 
 import csv
@@ -65,7 +66,8 @@ def _one_fit(model, method, setting, seed, fit_options):
             "theta_error": float(theta_err[keep].max()), "weight_error": float(w_err[keep].max()),
             "weight_error_separate": float(w_sep[keep].max()), "theta_error_mean": float(theta_err[keep].mean()),
             "weight_error_mean": float(w_err[keep].mean()), "misclustering": float(np.mean(mis)),
-            "ari": float(np.mean(ari)), "converged": bool(est.converged_), "n_iter": int(est.n_iter_)}
+            "ari": float(np.mean(ari)), "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
+            "messages": int(est.history_["messages"].sum()), "floats": int(est.history_["floats"].sum())}
 
 
 def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, random_state=0, fit_options=None,

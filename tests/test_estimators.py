@@ -142,7 +142,7 @@ def _problem(model, seed, K=3, n=60):
 
 
 #: D-FedEM on the complete graph: a graph that every relabelling of the clients leaves as it is.
-SYMMETRIC = {"d-fedem": dict(graph="complete")}
+SYMMETRIC = {"d-fedem": dict(graph="complete"), "d-fedgrem": dict(graph="complete")}
 
 
 @given(model=st.sampled_from(["gmm", "mor"]), method=st.sampled_from(sorted(METHODS)),

@@ -18,7 +18,7 @@ from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 CENTERS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
 #: Options that make a method deterministic (D-FedEM draws its graph).
-OPTIONS = {"d-fedem": dict(random_state=0)}
+OPTIONS = {"d-fedem": dict(random_state=0), "d-fedgrem": dict(random_state=0)}
 
 
 def _problem(model, sizes, seed=0):

@@ -40,6 +40,7 @@ def test_study_rows_are_reproducible_and_round_trip_through_csv(tmp_path):
     assert [r["theta_error"] for r in a] == [r["theta_error"] for r in b]  # parallel = sequential
     assert {r["method"] for r in a} == {"local-em", "fedgrem"} and len(a) == 4
     assert all(0 <= r["misclustering"] <= 1 and r["ari"] <= 1 for r in a)
+    assert all((r["floats"] > 0) == (r["method"] == "fedgrem") for r in a)  # local EM sends nothing
     rows = [{k: v for k, v in r.items() if k != "centers"} for r in a]
     back = read_csv(write_csv(rows, tmp_path / "rows.csv"))
     assert back[0]["theta_error"] == pytest.approx(rows[0]["theta_error"]) and back[0]["converged"] in (True, False)
@@ -61,7 +62,7 @@ def test_parse_range():
 
 
 def test_simulate_command_writes_its_outputs(tmp_path, capsys):
-    assert main(["simulate", "--model", "mor", "--h", "0", "--reps", "1", "--methods", "fedgrem,local-em",
+    assert main(["simulate", "--model", "mor", "--h", "0", "--reps", "1", "--methods", "d-fedgrem,local-em",
                  "--clients", "4", "--samples", "80", "--n-init", "2", "--out", str(tmp_path)]) == 0
     for name in ("results.csv", "summary.txt", "study.png"):
         assert (tmp_path / name).stat().st_size > 0

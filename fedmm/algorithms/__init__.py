@@ -8,6 +8,7 @@ import inspect
 
 from ._base import GradientStrategy, Strategy
 from .dfedem import DFedEM
+from .dfedgrem import DFedGrEM
 from .fedem import FedEM
 from .fedgrem import FedGrEM
 from .local import LocalEM, LocalGrEM
@@ -18,6 +19,7 @@ METHODS = {
     "fedgrem": FedGrEM,
     "fedem": FedEM,
     "d-fedem": DFedEM,
+    "d-fedgrem": DFedGrEM,
     "tgmm": TGMM,
     "local-em": LocalEM,
     "local-grem": LocalGrEM,

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..families import MixtureParams
-from ..protocol import Broadcast, ClientMessage, ClientState
+from ..protocol import Broadcast, ClientMessage, ClientState, n_floats
 from ..tuning import first_best
 
 __all__ = ["Strategy", "GradientStrategy", "em_update", "grem_update", "step_sizes", "ETA_RULES"]
@@ -85,6 +85,15 @@ class Strategy(ABC):
         Whether no round should lower the log-likelihood (EM and gradient EM
         with a contracting step are generalized EM algorithms); FedEM, TGMM
         and FedGrEM trade likelihood for agreement between clients.
+    client_server : bool
+        Whether a server hears the clients every round: rounds send one
+        message up and one down per client (:meth:`communication`), and a
+        round may hear only some clients (the estimators' ``participation``).
+        False for the local methods and TGMM (nothing is sent after the start)
+        and the decentralized methods (messages go between neighbours).
+    pools_onto_consensus : bool
+        Whether clients' components are pooled onto one consensus (FedGrEM):
+        such a component counts once in BIC however many clients sit on it.
     """
 
     per_client = True
@@ -94,6 +103,8 @@ class Strategy(ABC):
     default_init = "family"
     stop_on = "log_likelihood"
     ascent = True
+    client_server = True
+    pools_onto_consensus = False
 
     # --- client side -------------------------------------------------------------------
 
@@ -123,6 +134,14 @@ class Strategy(ABC):
     @abstractmethod
     def server_step(self, messages, state, t):
         """Round ``t`` on the server, from the clients' stacked messages: ``(Broadcast, state)``."""
+
+    def communication(self, messages, broadcast, state):
+        """``{"messages": ..., "floats": ...}`` sent in a round, from the messages of the clients heard and the
+        server's replies to them: one message each way per client, every number of the protocol's messages
+        counted (what a deployment sends); nothing for a strategy that is not :attr:`client_server`."""
+        if not self.client_server:
+            return {"messages": 0, "floats": 0}
+        return {"messages": 2 * len(messages.n), "floats": n_floats(messages) + n_floats(broadcast)}
 
     def round_info(self, state):
         """Scalars recorded in ``history`` after every round, beyond the common ones."""

@@ -86,6 +86,7 @@ class DFedEM(Strategy):
     per_client = False
     default_init = "common"
     ascent = False
+    client_server = False
 
     def __init__(self, graph="erdos-renyi", mixing="fastest", n_gossip=1, random_state=None):
         self.graph = graph
@@ -107,3 +108,11 @@ class DFedEM(Strategy):
         for _ in range(self.n_gossip):
             theta, scale, weight = (np.einsum("kj,j...->k...", W, a) for a in (theta, scale, weight))
         return Broadcast(MixtureParams(messages.weights, theta / weight, scale / weight)), state._replace(W=W)
+
+    def communication(self, messages, broadcast, state):
+        """Each exchange sends every client's ``(n_k theta_k, n_k scale_k, n_k)`` along each directed edge of
+        the round's graph (the off-diagonal support of ``W``)."""
+        W = state.W
+        edges = np.count_nonzero(W) - np.count_nonzero(np.diag(W))
+        per_message = messages.theta[0].size + messages.scale[0].size + 1
+        return {"messages": self.n_gossip * edges, "floats": self.n_gossip * edges * per_message}

@@ -213,6 +213,7 @@ class FedGrEM(GradientStrategy):
     # gives the paper's.
     default_init = "pooled-and-local"
     stop_on = "parameter_change"
+    pools_onto_consensus = True
     # The central update trades likelihood for pooling: no objective climbs every round. Its clients' gradient
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
@@ -240,17 +241,24 @@ class FedGrEM(GradientStrategy):
         return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule)
 
     def server_step(self, messages, state, t):
-        """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``."""
-        family, lam = state.family, state.schedule(t)
+        lam = state.schedule(t)
+        params, central, sigma, scale_pooled, warned = self._pool(messages, state.family, lam, state.scale_schedule(t),
+                                                                 t, state.warned)
+        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma, scale_pooled=scale_pooled,
+                                                 warned=warned)
+
+    def _pool(self, messages, family, lam, lam_scale, t, warned):
+        """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
+        ``(params, central, sigma, scale_pooled, warned)``, for the clients whose ``messages`` are given."""
         sigma = noise_scale(family.coordinate_variances(messages.scale))
         central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
                                  tol=self.central_tol, max_iter=self.central_max_iter)
-        if not central.converged and not state.warned:
+        if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
                           "apart with a small threshold slow it down: check for outlier clients or a small penalty.",
-                          ConvergenceWarning, stacklevel=2)
-            state = state._replace(warned=True)
+                          ConvergenceWarning, stacklevel=3)
+            warned = True
         nu = central.nu * sigma
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
@@ -258,13 +266,12 @@ class FedGrEM(GradientStrategy):
         scale_pooled = np.zeros_like(central.pooled)
         if self.pool_variances == "robust":
             sizes = self._sizes(messages.n, messages.weights) if family.scale_per_component else messages.n
-            scale, scale_pooled = robust_scale(family, scale, sizes, state.scale_schedule(t), messages.theta.shape[-1],
+            scale, scale_pooled = robust_scale(family, scale, sizes, lam_scale, messages.theta.shape[-1],
                                                tol=self.central_tol, max_iter=self.central_max_iter)
         elif self.pool_variances and family.scale_per_component:
             scale = pool_variances(scale, messages.stats.N, central.pooled)
             scale_pooled = central.pooled
-        params = MixtureParams(messages.weights, nu, scale)
-        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma, scale_pooled=scale_pooled)
+        return MixtureParams(messages.weights, nu, scale), central, sigma, scale_pooled, warned
 
     def _sizes(self, n_k, weights):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in

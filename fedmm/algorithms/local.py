@@ -19,6 +19,8 @@ def echo(messages):
 class LocalEM(Strategy):
     """Local EM: E-step and closed-form M-step on each client (``method="local-em"``)."""
 
+    client_server = False
+
     def local_update(self, family, stats, state, n_k):
         return em_update(family, stats, n_k)
 
@@ -28,6 +30,8 @@ class LocalEM(Strategy):
 
 class LocalGrEM(GradientStrategy):
     """Local gradient EM: E-step and one gradient M-step on each client (``method="local-grem"``)."""
+
+    client_server = False
 
     def server_step(self, messages, state, t):
         return echo(messages), state

@@ -38,6 +38,7 @@ class TGMM(Strategy):
     per_client = False
     default_init = "local-em"
     ascent = False
+    client_server = False
 
     def __init__(self, tgmm_lambda=0.4):
         self.tgmm_lambda = tgmm_lambda

@@ -1,0 +1,136 @@
+"""Communication accounting in ``history_`` and partial participation (issue 14, items 2 and 3)."""
+
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture
+from fedmm.algorithms import make_strategy
+from fedmm.data import FederatedData
+from fedmm.engine import Participation, run, run_rounds
+from fedmm.families import GaussianFamily, MixtureParams
+from fedmm.simulate import make_federated_gmm
+
+K, R, P = 6, 3, 2
+CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+
+
+def _problem():
+    X, _ = make_federated_gmm(K, [40, 90, 60, 120, 70, 50], centers=CENTERS, h=0.3, random_state=0)
+    start = MixtureParams(np.full((K, R), 1 / R), np.broadcast_to(CENTERS + 0.5, (K, R, P)).copy(),
+                          np.ones((K, R, P)))
+    return FederatedData.from_input(X), GaussianFamily("diag"), start
+
+
+def _gmm(**options):
+    X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.3, random_state=1)
+    return X, FederatedGaussianMixture(R, covariance_type="diag", random_state=0, **options)
+
+
+@pytest.mark.parametrize("method", ["fedem", "fedgrem", "pooled-em"])
+def test_client_server_rounds_count_one_message_each_way_per_client(method):
+    """Up: n_k, the log-likelihood, R weights, R p means, R p variances and, where sent, the statistics
+    (N_r and R p first and second moments each); down: R weights, R p means, R p variances."""
+    X, gm = _gmm(method=method)
+    gm.fit(X)
+    stats = R + 2 * R * P if method != "fedem" else 0
+    per_client = (2 + R + 2 * R * P + stats) + (R + 2 * R * P)
+    assert (gm.history_["messages"] == 2 * K).all()
+    assert (gm.history_["floats"] == K * per_client).all()
+
+
+@pytest.mark.parametrize("method", ["local-em", "local-grem", "tgmm"])
+def test_methods_without_a_server_in_their_rounds_send_nothing(method):
+    X, gm = _gmm(method=method)
+    gm.fit(X)
+    assert (gm.history_["messages"] == 0).all() and (gm.history_["floats"] == 0).all()
+
+
+@pytest.mark.parametrize("n_gossip", [1, 3])
+def test_gossip_sends_along_every_directed_edge_each_exchange(n_gossip):
+    """A ring of K clients has 2K directed edges; each message is (n theta, n scale, n): 2 R p + 1 numbers."""
+    X, gm = _gmm(method="d-fedem", graph="ring", n_gossip=n_gossip)
+    gm.fit(X)
+    assert (gm.history_["messages"] == n_gossip * 2 * K).all()
+    assert (gm.history_["floats"] == n_gossip * 2 * K * (2 * R * P + 1)).all()
+
+
+def test_participation_hears_the_asked_fraction_after_a_first_round_with_everyone():
+    draw = Participation(0.5, 0.0, random_state=0)
+    assert draw(1, 10) is None
+    masks = np.array([draw(t, 10) for t in range(2, 200)])
+    assert (masks.sum(axis=1) == 5).all()
+    # Uniform sampling: every client asked about half the time (binomial sd 0.036 over 198 rounds).
+    np.testing.assert_allclose(masks.mean(axis=0), 0.5, atol=4 * 0.036)
+
+
+def test_dropout_removes_that_share_of_the_asked():
+    draw = Participation(0.5, 0.3, random_state=0)
+    heard = np.array([draw(t, 20).sum() for t in range(2, 2002)])
+    # 10 asked, each replying with probability 0.7: mean 7, sd of the mean of 2000 rounds 0.032.
+    assert abs(heard.mean() - 7.0) < 4 * np.sqrt(10 * 0.7 * 0.3 / 2000)
+
+
+def test_a_client_not_heard_keeps_what_it_had_and_the_server_reuses_its_last_message():
+    """After a full first round, rounds that hear nobody change nothing: the server's reply to the same
+    messages is the same, and every client keeps its parameters."""
+    data, family, start = _problem()
+    nobody = lambda t, n: None if t == 1 else np.zeros(n, dtype=bool)  # noqa: E731
+    first = run_rounds(make_strategy("fedem"), family, data, start, 1, 0.0)
+    silent = run_rounds(make_strategy("fedem"), family, data, start, 20, 0.0, participation=nobody)
+    for a, b in zip(silent.params, first.params):
+        np.testing.assert_array_equal(a, b)
+    assert silent.history["messages"].tolist() == [2 * K] + [0] * 19
+
+
+def test_only_the_heard_clients_update_their_proportions():
+    data, family, start = _problem()
+    one = lambda t, n: None if t == 1 else np.arange(n) == 2  # noqa: E731
+    first = run_rounds(make_strategy("fedem"), family, data, start, 1, 0.0)
+    later = run_rounds(make_strategy("fedem"), family, data, start, 5, 0.0, participation=one)
+    others = np.arange(K) != 2
+    np.testing.assert_array_equal(later.params.weights[others], first.params.weights[others])
+    assert not np.allclose(later.params.weights[2], first.params.weights[2])
+    # The shared components reach every client, heard or not.
+    np.testing.assert_array_equal(later.params.theta, np.broadcast_to(later.params.theta[0], later.params.theta.shape))
+
+
+@pytest.mark.parametrize("method", ["fedem", "fedgrem", "pooled-em"])
+def test_partial_participation_reaches_the_full_participation_fit(method):
+    """With the last messages reused, the fixed points are those of full participation."""
+    X, full = _gmm(method=method, tol=1e-10, max_iter=2000)
+    _, part = _gmm(method=method, tol=1e-10, max_iter=2000, participation=0.5, dropout=0.2)
+    full.fit(X)
+    part.fit(X)
+    assert part.converged_
+    np.testing.assert_allclose(part.means_, full.means_, atol=1e-6)
+    np.testing.assert_allclose(part.weights_, full.weights_, atol=1e-6)
+    assert (part.history_["messages"][1:] <= K).all()
+
+
+def test_the_stopping_rule_waits_until_every_client_was_heard():
+    X, gm = _gmm(method="fedem", participation=1 / K)
+    gm.fit(X)
+    assert gm.converged_ and gm.n_iter_ > K
+
+
+def test_the_same_seed_draws_the_same_participants():
+    X, a = _gmm(method="fedem", participation=0.5)
+    _, b = _gmm(method="fedem", participation=0.5)
+    np.testing.assert_array_equal(a.fit(X).history_["floats"], b.fit(X).history_["floats"])
+
+
+@pytest.mark.parametrize("method", ["local-em", "d-fedem", "tgmm"])
+def test_participation_is_refused_where_no_server_hears_the_clients(method):
+    X, gm = _gmm(method=method, participation=0.5)
+    with pytest.raises(ValueError, match="participation=0.5 is not used by method"):
+        gm.fit(X)
+
+
+@pytest.mark.parametrize("method", ["fedem", "fedgrem"])
+def test_batched_and_per_client_rounds_agree_under_partial_participation(method):
+    data, family, start = _problem()
+    fits = [run(make_strategy(method), family, data, start, 40, 1e-8, mode, participation=Participation(0.5, 0.2, 3))
+            for mode in ("batched", "per-client")]
+    for a, b in zip(*(f.params for f in fits)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(fits[0].history["messages"], fits[1].history["messages"])
