@@ -20,6 +20,7 @@ from . import _params as P
 from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
 from .algorithms._base import ETA_RULES
 from .algorithms.dfedem import GRAPHS, MIXINGS
+from .algorithms.federico import LOSSES as FEDERICO_LOSSES
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
@@ -57,6 +58,13 @@ _SHARED_CONSTRAINTS = {
     "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
     "mixing": P.one_of(*MIXINGS),
     "n_gossip": P.integer(1),
+    "federico_neighbors": P.integer(1),
+    "federico_epsilon": P.real(0.0, 1.0),
+    "federico_beta": P.any_of(P.real(0.0, 1.0, low_open=True), P.none),
+    "federico_loss": P.one_of(*FEDERICO_LOSSES),
+    "coupling": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
+    "threshold0": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
+    "threshold_min": P.any_of(P.real(0.0, np.inf, high_open=True), P.none),
     "participation": P.real(0.0, 1.0, low_open=True),
     "dropout": P.real(0.0, 1.0, high_open=True),
     "backend": P.one_of(*BACKENDS),
@@ -79,7 +87,9 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
     #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
     _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip", "participation", "dropout")
+                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip", "federico_neighbors",
+                       "federico_epsilon", "federico_beta", "federico_loss", "coupling", "threshold0", "threshold_min",
+                       "participation", "dropout")
     _gradient_options = ()
 
     @abstractmethod
@@ -601,6 +611,21 @@ _SHARED_PARAMS_DOC = """
         D-FedEM: the mixing matrix on the graph (:mod:`fedmm.graphs`).
     n_gossip : int, default=1
         D-FedEM: exchanges with the neighbours per round.
+    federico_neighbors : int, default=3
+        FedeRiCo: models a client evaluates besides its own each round (``M``).
+    federico_epsilon : float in [0, 1], default=0.3
+        FedeRiCo: probability of a uniform pick in the epsilon-greedy choice of neighbours.
+    federico_beta : float in (0, 1] or None, default=0.6
+        FedeRiCo: momentum of the losses' moving average; None accumulates them.
+    federico_loss : {"mean", "sum"}, default="mean"
+        FedeRiCo: negative log-likelihood per sample, or summed as the paper's eq. (3)
+        (``docs/decentralized.md``).
+    coupling : float or None, default=None
+        Dynamic graph: ``rho``, the pull towards the clients within the threshold; None: ``1 / K``.
+    threshold0, threshold_min : float or None, default=None
+        Dynamic graph: the threshold ``alpha_t = max(threshold0 / t, threshold_min)`` on scaled squared
+        distances between clients (``docs/decentralized.md``); None: the 99% quantile of ``chi^2_{R p}``
+        and ten times it.
     participation : float in (0, 1], default=1.0
         Client-server methods (FedGrEM, FedEM, pooled): the fraction of clients
         the server asks each round after the first, drawn from
@@ -654,7 +679,7 @@ _SHARED_ATTRS_DOC = """
         The consensus: FedGrEM's ``nu_bar``, the shared estimate of FedEM and
         the pooled methods, the median of the client estimates otherwise.
     pooled_, distance_to_center_ : ndarray of shape (n_clients, n_components)
-        FedGrEM only: whether the last central update pooled each client's
+        FedGrEM and d-FedGrEM (per neighbourhood): whether the last central update pooled each client's
         component onto the centre, and how far its local estimate was.
     pooling_threshold_ : ndarray of shape (n_clients, n_components)
         FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` with
@@ -669,6 +694,11 @@ _SHARED_ATTRS_DOC = """
     restarted_clients_ : ndarray
         FedGrEM only: ids of the clients whose restart from the consensus was
         kept (``center_restarts``).
+    collaborator_weights_ : ndarray of shape (n_clients, n_clients)
+        FedeRiCo only: row ``i`` is client ``i``'s weights ``w_ij`` on the
+        clients' models after the last round.
+    collaboration_graph_ : ndarray of shape (n_clients, n_clients), bool
+        Dynamic graph only: which clients pulled each other in the last round.
     penalty_selection_ : dict or None
         ``penalty="auto"`` only: the grid of constants ``"C"``, their trimmed
         held-out log-likelihoods ``"score"`` and every client's
@@ -732,8 +762,9 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
-                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, participation=1.0,
-                 dropout=0.0, reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
+                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
+                 federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
+                 threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
                  random_state=None):
         self.n_components = n_components
         self.method = method
@@ -754,6 +785,13 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.graph = graph
         self.mixing = mixing
         self.n_gossip = n_gossip
+        self.federico_neighbors = federico_neighbors
+        self.federico_epsilon = federico_epsilon
+        self.federico_beta = federico_beta
+        self.federico_loss = federico_loss
+        self.coupling = coupling
+        self.threshold0 = threshold0
+        self.threshold_min = threshold_min
         self.participation = participation
         self.dropout = dropout
         self.reg_covar = reg_covar
@@ -937,7 +975,9 @@ class FederatedMixtureRegression(_FederatedMixture):
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
-                 n_gossip=1, participation=1.0, dropout=0.0, weights_init=None, coef_init=None, backend="auto",
+                 n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
+                 coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,
+                 weights_init=None, coef_init=None, backend="auto",
                  verbose=0, verbose_interval=10, random_state=None):
         self.n_components = n_components
         self.method = method
@@ -960,6 +1000,13 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.graph = graph
         self.mixing = mixing
         self.n_gossip = n_gossip
+        self.federico_neighbors = federico_neighbors
+        self.federico_epsilon = federico_epsilon
+        self.federico_beta = federico_beta
+        self.federico_loss = federico_loss
+        self.coupling = coupling
+        self.threshold0 = threshold0
+        self.threshold_min = threshold_min
         self.participation = participation
         self.dropout = dropout
         self.weights_init = weights_init

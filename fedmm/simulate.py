@@ -12,7 +12,8 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["PAPER_CENTERS", "Truth", "make_federated_gmm", "make_federated_mor", "sample_gmm", "sample_mor", "snr"]
+__all__ = ["PAPER_CENTERS", "Truth", "make_federated_gmm", "make_grouped_gmm", "make_federated_mor", "sample_gmm",
+           "sample_mor", "snr"]
 
 PAPER_CENTERS = np.array([
     [1, 0, 3, -1, 1, -1, 0, 1, 1, -1],
@@ -88,6 +89,34 @@ def make_federated_gmm(n_clients=10, n_samples=150, *, centers=None, h=0.0, conc
     return _draw_gmm(truth, truth.labels, rng), truth
 
 
+def make_grouped_gmm(n_groups=3, clients_per_group=4, n_samples=60, *, n_components=3, n_features=5, spread=3.0,
+                     outlier=True, random_state=None):
+    """Clients in groups, each group with its own component centres, plus one outlier client: a clustered design
+    for personalized methods (FedeRiCo's experiments give each group of clients its own distribution).
+
+    Group ``g``'s centres are ``spread * N(0, I)`` draws of shape (R, d), independent across groups; its clients
+    follow :func:`make_federated_gmm` at ``h = 0`` around them. The outlier client, last, draws
+    ``N(2 * 1_d, 3 I_d)`` (App. B.1's outlier).
+
+    Returns
+    -------
+    X : list of ndarray of shape (n_samples, d)
+    truth : Truth
+        ``centers`` of shape (n_groups, R, d); ``theta`` of the outlier client is its group-0 placeholder.
+    groups : ndarray of shape (K,)
+        Each client's group, ``-1`` for the outlier.
+    """
+    rng = check_random_state(random_state)
+    centers = spread * rng.standard_normal((n_groups, n_components, n_features))
+    parts = [_truth(clients_per_group, n_samples, c, 0.0, 5.0, (), rng) for c in centers]
+    if outlier:
+        parts.append(_truth(1, n_samples, centers[0], 0.0, 5.0, (0,), rng))
+    truth = Truth(*(np.concatenate([getattr(t, f) for t in parts]) for f in ("weights", "theta", "outliers")),
+                  centers, [lab for t in parts for lab in t.labels])
+    groups = np.concatenate([np.full(clients_per_group, g) for g in range(n_groups)] + ([[-1]] if outlier else []))
+    return _draw_gmm(truth, truth.labels, rng), truth, groups
+
+
 def make_federated_mor(n_clients=10, n_samples=150, *, centers=None, h=0.0, concentration=5.0,
                        outlier_clients=(), random_state=None):
     """Draw a federated mixture of linear regressions with unit noise (FedGrEM eq. (5)).
@@ -115,7 +144,7 @@ def _labels(truth, n_samples, rng):
 
 
 def _draw_gmm(truth, labels, rng):
-    d = truth.centers.shape[1]
+    d = truth.theta.shape[-1]
     return [2.0 + np.sqrt(3.0) * rng.standard_normal((len(lab), d)) if out
             else truth.theta[k, lab] + rng.standard_normal((len(lab), d))
             for k, (lab, out) in enumerate(zip(labels, truth.outliers))]

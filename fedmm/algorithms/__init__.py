@@ -9,7 +9,9 @@ import inspect
 from ._base import GradientStrategy, Strategy
 from .dfedem import DFedEM
 from .dfedgrem import DFedGrEM
+from .dynamic import DynamicGraph
 from .fedem import FedEM
+from .federico import FedeRiCo
 from .fedgrem import FedGrEM
 from .local import LocalEM, LocalGrEM
 from .pooled import PooledEM, PooledGrEM
@@ -20,6 +22,8 @@ METHODS = {
     "fedem": FedEM,
     "d-fedem": DFedEM,
     "d-fedgrem": DFedGrEM,
+    "federico": FedeRiCo,
+    "dynamic-graph": DynamicGraph,
     "tgmm": TGMM,
     "local-em": LocalEM,
     "local-grem": LocalGrEM,

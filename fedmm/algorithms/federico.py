@@ -1,0 +1,245 @@
+"""FedeRiCo (Sui, Wen, Lau, Ross & Cresswell, "Find your friends"; ``method="federico"``).
+
+Each client ``i`` models its data as a mixture over the clients' models,
+``p(D_i) = sum_j Pi_ij p(D_i; phi_j)`` (Sec. 3.2, eq. (1)), and learns by EM over
+the client assignment ``z_i``: the E-step's posterior is the collaborator weight
+``w_ij`` (eq. (3)), the M-step updates every model ``phi_j`` on the data of the
+clients that use it, weighted by ``w_ij`` (eqs. (5), (8)). Here every model
+``phi_j`` is client ``j``'s own mixture of the family (proportions, components,
+variances) and the loss is its negative log-likelihood.
+
+One round, as the appendix's Algorithm 1 runs it without all-to-all
+communication (Sec. 3.3):
+
+1. client ``i`` holds its model and those of ``M`` neighbours ``B_i`` chosen
+   epsilon-greedily from its weights (line 7: each pick uniform with
+   probability ``epsilon``, else the highest weight not yet picked);
+2. it evaluates its losses ``l_ib`` on its own data for itself and ``B_i``,
+   keeps the previous losses of the others (line 11), updates the moving
+   average ``L_ij <- (1 - beta) L_ij + beta l_ij`` (line 15) and its weights
+   ``w_i = softmax(-L_i)`` (line 16);
+3. it sends each model's owner ``b`` its E-step statistics under ``phi_b``,
+   weighted by ``w_ib`` (line 20: the gradient ``g_bi`` is ``w_ib`` times the
+   gradient of the loss, whose EM surrogate these statistics are);
+4. client ``b`` updates ``phi_b`` from the statistics it received and its own
+   (lines 22-25): fedmm takes the closed-form M-step of their sum, the
+   mixture's exact minimizer of the surrogate where the paper takes a gradient
+   step of a neural network ("or any other gradient-based method"). A model
+   nobody uses (total weight below 1e-12 of a sample) is not updated, as in the paper.
+
+Choices where the paper leaves room (``docs/decentralized.md``):
+
+- ``federico_loss="mean"`` (default) is the loss per sample. Eq. (3) sums the
+  losses over a client's samples; with likelihoods of continuous data that sum
+  differs between models by tens of nats, so the softmax is one-hot on the
+  client's own (best-fitting) model after one round and nobody collaborates.
+  The paper's networks are trained on batch-mean losses. ``"sum"`` is eq. (3)
+  as written.
+- The first round evaluates every model on every client (all-to-all, once):
+  Algorithm 1 starts the unseen losses at 0 (line 3), an optimistic guess for
+  its non-negative losses but arbitrary for negative log-likelihoods of
+  densities.
+- ``federico_beta=None`` accumulates the losses instead (``L_ij += l_ij``), the
+  posterior of exact EM under a uniform prior (App. A, eqs. (22)-(24)).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy.special import softmax
+from sklearn.utils import check_random_state
+
+from ..families import MixtureParams
+from ..protocol import Broadcast, n_floats
+from ._base import Strategy
+
+LOSSES = ("mean", "sum")
+
+
+def update_losses(L, ell, beta):
+    """Algorithm 1 line 15: ``(1 - beta) L + beta ell``; ``beta=None`` accumulates, ``L + ell`` (App. A)."""
+    return L + ell if beta is None else (1.0 - beta) * L + beta * ell
+
+
+def collaborator_weights(L):
+    """Algorithm 1 line 16: ``w_ij = exp(-L_ij) / sum_j' exp(-L_ij')``, row by row."""
+    return softmax(-L, axis=-1)
+
+
+def epsilon_greedy(w, i, M, epsilon, rng):
+    """Algorithm 1 line 7: ``M`` neighbours of client ``i`` (never ``i``), each uniform among those not yet
+    picked with probability ``epsilon`` and otherwise the one with the highest weight ``w`` among them."""
+    left = [j for j in np.argsort(-w, kind="stable") if j != i]
+    picked = []
+    for _ in range(min(M, len(left))):
+        j = left[rng.randint(len(left))] if rng.random_sample() < epsilon else left[0]
+        picked.append(j)
+        left.remove(j)
+    return np.array(picked, dtype=int)
+
+
+class FedeRiCoMessage(NamedTuple):
+    """Client ``i``'s reply: ``n``, ``loglik`` of its own model, its weights row ``w`` (K,), the models it
+    evaluated ``slots`` (own first), and its statistics under each, weighted by ``w_ib`` (fields of shape
+    (K, slots, R, ...))."""
+
+    n: np.ndarray
+    loglik: np.ndarray
+    w: np.ndarray
+    slots: np.ndarray
+    stats: tuple
+
+
+class FedeRiCoBroadcast(NamedTuple):
+    """What client ``i`` holds for a round: its own model (``params``), and the models ``models`` of the
+    clients ``slots`` (own first; fields of shape (K, slots, ...))."""
+
+    params: MixtureParams
+    slots: np.ndarray
+    models: MixtureParams
+    prior: None = None
+
+
+class FedeRiCoClientState(NamedTuple):
+    """Client ``i``'s losses: the last seen ``ell`` (K,) and their moving average ``L`` (K,); None before the
+    first round."""
+
+    ell: np.ndarray
+    L: np.ndarray
+
+
+class FedeRiCoState(NamedTuple):
+    """The network: the model, the clients' models, their weights ``w`` (K, K), the draws' generator, and
+    what each model's owner last received from each client (statistics fields of shape (K, K, R, ...):
+    owner, sender), zeros before the first round."""
+
+    family: object
+    params: MixtureParams
+    w: np.ndarray
+    rng: np.random.RandomState
+    cache: tuple | None = None
+
+
+def _weighted(stats, weights):
+    """Every field scaled by ``weights`` along its leading axes."""
+    return type(stats)(*(None if f is None else f * weights.reshape(weights.shape + (1,) * (f.ndim - weights.ndim))
+                         for f in stats))
+
+
+class FedeRiCo(Strategy):
+    """FedeRiCo (``method="federico"``): each client a mixture over the clients' models.
+
+    Parameters
+    ----------
+    federico_neighbors : int
+        ``M``, models a client evaluates besides its own each round (the paper: 3).
+    federico_epsilon : float in [0, 1]
+        Probability of a uniform pick in the epsilon-greedy draw (0.3).
+    federico_beta : float in (0, 1] or None
+        Momentum of the losses' moving average (0.6); 1 keeps only the latest
+        losses, None accumulates them (exact EM under a uniform prior).
+    federico_loss : {"mean", "sum"}
+        Negative log-likelihood per sample (default) or summed, as eq. (3).
+    random_state : int, RandomState or None
+        The epsilon-greedy draws.
+    """
+
+    per_client = False
+    sends_stats = True
+    default_init = "local-em"
+    ascent = False
+    client_server = False
+
+    def __init__(self, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
+                 random_state=None):
+        if federico_loss not in LOSSES:
+            raise ValueError(f"federico_loss must be one of {LOSSES}, got {federico_loss!r}.")
+        self.federico_neighbors = federico_neighbors
+        self.federico_epsilon = federico_epsilon
+        self.federico_beta = federico_beta
+        self.federico_loss = federico_loss
+        self.random_state = random_state
+
+    # --- client side -------------------------------------------------------------------
+
+    def client_start(self, start, n_k):
+        """No losses yet; the first round, which holds every model, sizes them."""
+        return FedeRiCoClientState(None, None)
+
+    def client_step(self, family, data, state, broadcast):
+        """Losses of the models held, their moving average, weights, and the weighted statistics."""
+        n_k = data.n_samples
+        rows = np.arange(len(n_k))[:, None]
+        if state.ell is None:
+            state = FedeRiCoClientState(*(np.zeros((len(n_k), broadcast.slots.shape[1])) for _ in range(2)))
+        ell, L = state.ell.copy(), state.L.copy()
+        logliks, stats = [], []
+        for s in range(broadcast.slots.shape[1]):
+            loglik, st = family.estep(data, _slot(broadcast.models, s))
+            logliks.append(loglik)
+            stats.append(st)
+        loglik = np.stack(logliks, axis=1)                                            # (K, slots)
+        ell[rows, broadcast.slots] = -loglik / (n_k[:, None] if self.federico_loss == "mean" else 1.0)
+        L = update_losses(L, ell, self.federico_beta)
+        w = collaborator_weights(L)
+        weighted = _weighted(type(stats[0])(*(None if f[0] is None else np.stack(f, axis=1) for f in zip(*stats))),
+                             np.take_along_axis(w, broadcast.slots, axis=1))
+        return FedeRiCoMessage(n_k, loglik[:, 0], w, broadcast.slots, weighted), FedeRiCoClientState(ell, L)
+
+    # --- the exchange ------------------------------------------------------------------
+
+    def server_start(self, family, start, n_k):
+        K = len(n_k)
+        state = FedeRiCoState(family, start, np.full((K, K), 1.0 / K), check_random_state(self.random_state))
+        everyone = np.array([[i] + [j for j in range(K) if j != i] for i in range(K)])  # round 1: all-to-all
+        return self._deliver(start, everyone), state
+
+    def server_step(self, messages, state, t):
+        """Every model's M-step on the latest statistics each client sent it; then each client's next neighbours."""
+        family, K = state.family, len(messages.n)
+        if state.cache is None:
+            state = state._replace(cache=type(messages.stats)(*(
+                None if f is None else np.zeros((K, K) + f.shape[2:]) for f in messages.stats)))
+        owner, sender = messages.slots.ravel(), np.repeat(np.arange(K), messages.slots.shape[1])
+        cache = type(messages.stats)(*(None if c is None else _put(c, owner, sender, f.reshape((-1,) + f.shape[2:]))
+                                       for c, f in zip(state.cache, messages.stats)))
+        received = type(cache)(*(None if c is None else c.sum(axis=1) for c in cache))
+        theta, scale = family.m_step(received)
+        used = received.N.sum(axis=1) > 1e-12
+        new = MixtureParams(received.N / np.maximum(received.N.sum(axis=1, keepdims=True), 1e-300), theta, scale)
+        params = new.where(used, state.params)
+        slots = np.array([np.concatenate([[i], epsilon_greedy(messages.w[i], i, self.federico_neighbors,
+                                                              self.federico_epsilon, state.rng)]) for i in range(K)])
+        return self._deliver(params, slots), state._replace(params=params, w=messages.w, cache=cache)
+
+    @staticmethod
+    def _deliver(params, slots):
+        return FedeRiCoBroadcast(params, slots, params.take(slots))
+
+    def communication(self, messages, broadcast, state):
+        """In a round client ``i`` received the model of each neighbour it evaluated and sent that neighbour its
+        weighted statistics: one message each way per (client, neighbour) pair (all pairs in round 1)."""
+        K, slots = messages.slots.shape
+        pairs = K * (slots - 1)
+        per_model = n_floats(broadcast.params) // K
+        per_stats = n_floats(messages.stats) // (K * slots)
+        return {"messages": 2 * pairs, "floats": pairs * (per_model + per_stats)}
+
+    def diagnostics(self, state):
+        return state.w
+
+    def fitted_attributes(self, result, client_ids, n_k):
+        """``collaborator_weights_`` (K, K): row ``i`` is client ``i``'s ``w_ij`` after the last round."""
+        return {"collaborator_weights_": result.diagnostics}
+
+
+def _slot(models, s):
+    """The clients' ``s``-th held model, as (K, R, ...) parameters."""
+    return MixtureParams(*(f[:, s] for f in models))
+
+
+def _put(cache, owner, sender, values):
+    """A copy of ``cache`` with entry ``(owner[m], sender[m])`` set to ``values[m]``."""
+    cache = cache.copy()
+    cache[owner, sender] = values
+    return cache

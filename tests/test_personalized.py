@@ -1,0 +1,177 @@
+"""FedeRiCo and the dynamic-graph method (issue 14), and the clustered design every personalized method is
+judged on: three groups of clients with their own component means, plus one outlier client."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+from fedmm import FederatedGaussianMixture
+from fedmm.algorithms import make_strategy
+from fedmm.algorithms.dynamic import scaled_distances
+from fedmm.algorithms.federico import collaborator_weights, epsilon_greedy, update_losses
+from fedmm.data import FederatedData
+from fedmm.engine import run_rounds
+from fedmm.families import GaussianFamily, MixtureParams
+from fedmm.metrics import estimation_errors
+from fedmm.protocol import ClientMessage
+from fedmm.simulate import make_federated_gmm, make_grouped_gmm
+
+CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+K, R, P = 5, 3, 2
+
+
+# --- FedeRiCo --------------------------------------------------------------------------
+
+def test_accumulated_losses_give_the_softmax_of_their_sum():
+    """App. A, eqs. (22)-(24): under a uniform prior the posterior is the softmax of minus the summed losses."""
+    rounds = [np.array([[1.0, 2.0, 0.5], [3.0, 1.0, 2.0]]), np.array([[0.2, 0.1, 3.0], [1.0, 1.0, 0.0]])]
+    L = np.zeros((2, 3))
+    for ell in rounds:
+        L = update_losses(L, ell, None)
+    np.testing.assert_allclose(collaborator_weights(L), softmax(-(rounds[0] + rounds[1]), axis=1))
+    # By hand for the first row: exp(-1.2), exp(-2.1), exp(-3.5), normalized.
+    e = np.exp([-1.2, -2.1, -3.5])
+    np.testing.assert_allclose(collaborator_weights(L)[0], e / e.sum())
+
+
+def test_beta_one_keeps_only_the_latest_losses_and_beta_averages():
+    L = np.array([[5.0, 1.0]])
+    ell = np.array([[2.0, 4.0]])
+    np.testing.assert_array_equal(update_losses(L, ell, 1.0), ell)
+    np.testing.assert_allclose(update_losses(L, ell, 0.6), 0.4 * L + 0.6 * ell)
+
+
+def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
+    rng = np.random.RandomState(0)
+    w = np.array([0.05, 0.5, 0.1, 0.3, 0.05])
+    np.testing.assert_array_equal(epsilon_greedy(w, 1, 2, 0.0, rng), [3, 2])     # never itself
+    counts = np.zeros(5)
+    for _ in range(3000):
+        counts[epsilon_greedy(w, 1, 1, 1.0, rng)] += 1
+    assert counts[1] == 0
+    np.testing.assert_allclose(counts[[0, 2, 3, 4]] / 3000, 0.25, atol=4 * np.sqrt(0.25 * 0.75 / 3000))
+
+
+def _problem():
+    X, _ = make_federated_gmm(K, [40, 90, 60, 120, 70], centers=CENTERS, h=0.5, random_state=0)
+    start = MixtureParams(np.full((K, R), 1 / R), CENTERS + 0.4 * np.random.RandomState(1).randn(K, R, P),
+                          np.ones((K, R, P)))
+    return FederatedData.from_input(X), GaussianFamily("diag"), start
+
+
+@pytest.mark.parametrize("beta", [None, 1.0])
+def test_the_fit_follows_the_closed_form_of_its_losses(beta):
+    """With every other client sampled every round, the weights after T rounds are the softmax of minus the
+    accumulated losses of the models each round held (beta=None), or of the last round's alone (beta=1):
+    losses computed here by hand from the models, one client and one model at a time."""
+    data, family, start = _problem()
+    T = 3
+    strategy = lambda: make_strategy("federico", federico_neighbors=K - 1, federico_beta=beta)  # noqa: E731
+    models = [start] + [run_rounds(strategy(), family, data, start, t, 0.0).params for t in range(1, T)]
+    ell = [np.array([[-family.estep(data.client_data(i), m.take([j]))[0][0] / data.n_samples[i]
+                      for j in range(K)] for i in range(K)]) for m in models]
+    expected = softmax(-(sum(ell) if beta is None else ell[-1]), axis=1)
+    fit = run_rounds(strategy(), family, data, start, T, 0.0)
+    np.testing.assert_allclose(fit.diagnostics, expected, rtol=1e-10)
+
+
+def test_federico_counts_its_exchanges():
+    X, _ = make_federated_gmm(K, 60, centers=CENTERS, h=0.3, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm = FederatedGaussianMixture(R, method="federico", federico_neighbors=2, max_iter=5, tol=0.0,
+                                      random_state=0).fit(X)
+    # Round 1 is all-to-all: K (K - 1) pairs; later rounds K M pairs, one message each way per pair.
+    assert gm.history_["messages"].tolist() == [2 * K * (K - 1)] + [2 * K * 2] * 4
+    assert gm.collaborator_weights_.shape == (K, K)
+    np.testing.assert_allclose(gm.collaborator_weights_.sum(axis=1), 1.0)
+
+
+# --- the dynamic graph -----------------------------------------------------------------
+
+def test_dynamic_graph_update_one_by_hand():
+    """x_i <- x_tilde_i - eta rho sum_k w_ik (x_i - x_k), w_ik = 1{d_ik^2 < alpha_t}: two close clients pull
+    each other, a far one is left alone."""
+    strategy = make_strategy("dynamic-graph", C_eta=0.5, coupling=0.2, threshold0=50.0, threshold_min=1.0)
+    x = np.zeros((3, 1, 2))
+    x[1] = 0.1
+    x[2] = 10.0
+    family = GaussianFamily("identity")
+    start = MixtureParams(np.ones((3, 1)), x, np.ones((3, 1, 1)))
+    _, state = strategy.server_start(family, start, np.full(3, 100))
+    tilde = x + np.array([1.0, 2.0, 3.0])[:, None, None]
+    message = ClientMessage(np.full(3, 100), np.zeros(3), np.ones((3, 1)), tilde, np.ones((3, 1, 1)))
+    broadcast, state = strategy.server_step(message, state, 1)
+    # d^2 between clients 0 and 1: 2 * 0.01 / (2 / 100) = 1 < 50 / 1; to client 2: about 1e4.
+    np.testing.assert_array_equal(state.graph, [[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+    expected = tilde.copy()
+    expected[0] -= 0.5 * 0.2 * (x[0] - x[1])
+    expected[1] -= 0.5 * 0.2 * (x[1] - x[0])
+    np.testing.assert_allclose(broadcast.params.theta, expected)
+    np.testing.assert_allclose(scaled_distances(x, np.ones((1, 1)), np.full((3, 1), 100.0))[0, 1], 1.0)
+
+
+def test_without_coupling_it_is_local_gradient_em():
+    X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.5, random_state=2)
+    kw = dict(covariance_type="diag", init="local-em", random_state=0, max_iter=50, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dyn = FederatedGaussianMixture(R, method="dynamic-graph", coupling=1e-300, **kw).fit(X)
+        loc = FederatedGaussianMixture(R, method="local-grem", **kw).fit(X)
+    np.testing.assert_allclose(dyn.means_, loc.means_, atol=1e-10)
+
+
+# --- the clustered design ---------------------------------------------------------------
+
+SEEDS = range(4)
+METHODS = {"local-em": {}, "fedem": {}, "federico": {}, "dynamic-graph": {}, "d-fedgrem": {"graph": "ring"}}
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    """Per seed: groups, and each method's fit and per-group mean parameter error (spread 6: components of a
+    group at about 6 sqrt(2) apart, clients of 60 samples in R^5)."""
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in SEEDS:
+            X, truth, groups = make_grouped_gmm(spread=6.0, random_state=seed)
+            fits = {m: FederatedGaussianMixture(3, method=m, covariance_type="spherical", random_state=seed,
+                                                **o).fit(X) for m, o in METHODS.items()}
+            errors = {m: np.array([estimation_errors(f.weights_, f.means_, truth.weights, truth.theta)[1]
+                                   [groups == g].mean() for g in range(3)]) for m, f in fits.items()}
+            out.append((groups, fits, errors))
+    return out
+
+
+def test_federico_puts_its_weight_on_its_own_group(clustered):
+    """Groups' means are many noise units apart: a client's likelihood under another group's model is lower by
+    far more than the softmax can blur (per sample, |mu_a - mu_b|^2 / 2 is of order spread^2)."""
+    for groups, fits, _ in clustered:
+        W = fits["federico"].collaborator_weights_
+        for k in np.flatnonzero(groups >= 0):
+            assert W[k, groups == groups[k]].sum() > 0.9
+        assert W[-1, -1] > 0.9                                   # the outlier works alone
+
+
+def test_the_dynamic_graph_never_links_different_groups(clustered):
+    for groups, fits, _ in clustered:
+        G = fits["dynamic-graph"].collaboration_graph_
+        same = (groups[:, None] == groups[None]) & (groups[:, None] >= 0)
+        assert not (G & ~same).any()
+
+
+@pytest.mark.parametrize("method", ["federico", "dynamic-graph", "d-fedgrem"])
+def test_personalized_methods_beat_local_em_on_every_group(clustered, method):
+    """Four clients a group: pooling a group would divide the variance by 4 (error ratio 1/2); the margin asks
+    for 0.85 in the median over seeds (a single local optimum may still trap one client in one seed)."""
+    ratios = np.array([e[method] / e["local-em"] for _, _, e in clustered])     # (seeds, groups)
+    assert (np.median(ratios, axis=0) < 0.85).all(), ratios
+
+
+def test_fedem_is_worse_than_local_em_on_every_group(clustered):
+    """One set of components for three groups whose means differ by about 6 sqrt(2) cannot fit any group."""
+    ratios = np.array([e["fedem"] / e["local-em"] for _, _, e in clustered])
+    assert (ratios > 1.0).all(), ratios
