@@ -621,7 +621,8 @@ _SHARED_PARAMS_DOC = """
         FedeRiCo: negative log-likelihood per sample, or summed as the paper's eq. (3)
         (``docs/decentralized.md``).
     coupling : float or None, default=None
-        Dynamic graph: ``rho``, the pull towards the clients within the threshold; None: ``1 / K``.
+        Dynamic graph: ``rho``, the pull towards the clients within the threshold; None:
+        ``(2 / C_eta - 1) / (1 + 2 x largest degree)`` of each round's graph, the largest safe pull.
     threshold0, threshold_min : float or None, default=None
         Dynamic graph: the threshold ``alpha_t = max(threshold0 / t, threshold_min)`` on scaled squared
         distances between clients (``docs/decentralized.md``); None: the 99% quantile of ``chi^2_{R p}``

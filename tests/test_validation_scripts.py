@@ -59,3 +59,9 @@ def test_model_selection_quick(capsys):
     """BIC chooses the true number of components on the paper's design at h = 0 (quick: 2 seeds)."""
     assert _load("model_selection").main(["--quick"]) == 0
     assert "met: h=0, bic" in capsys.readouterr().out
+
+
+def test_decentralized_quick(capsys):
+    assert _load("decentralized").main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "Clustered design" in out and "DOES NOT HOLD" not in out

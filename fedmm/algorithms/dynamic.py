@@ -21,7 +21,11 @@ sample; fedmm's choices for the mixtures:
   about ``chi^2_{R p}`` for two clients with the same truth; ``alpha_t = max(threshold0 / t, threshold_min)``
   with ``threshold_min`` that chi-square's 99% quantile (the draft's floor "once the clusters separate") and
   ``threshold0 = 10 threshold_min`` by default;
-- ``rho = 1 / K`` by default, so that the coupling step ``C_eta rho deg_i < 1`` never overshoots.
+- ``rho = (2 / C_eta - 1) / (1 + 2 max_i deg_i)`` by default, from the round's graph: with responsibilities
+  fixed a round maps ``x`` to ``x + C_eta (x_hat - x) - C_eta rho L x`` (``x_hat`` the M-step, ``L`` the
+  graph's Laplacian), which contracts iff ``C_eta (1 + rho lambda) < 2`` for every eigenvalue ``lambda`` of
+  ``L``; ``lambda_max(L) <= 2 max deg`` makes the default safe, and a clique of ``c`` clients still pulls
+  each member by ``rho c / (1 + rho c)``, about a third of the way to the clique's mean for ``C_eta = 1``.
 """
 
 from typing import NamedTuple
@@ -59,7 +63,7 @@ class DynamicGraph(GradientStrategy):
     C_eta, eta_rule
         Step sizes (:func:`fedmm.algorithms._base.step_sizes`); ``C_eta`` is also ``eta`` of the coupling.
     coupling : float or None
-        ``rho``; None: ``1 / K``.
+        ``rho``; None: ``(2 / C_eta - 1) / (1 + 2 max_i deg_i)`` of each round's graph.
     threshold0, threshold_min : float or None
         ``alpha_t = max(threshold0 / t, threshold_min)`` on the scaled squared distances; None: the
         99% quantile of ``chi^2_{R p}`` for ``threshold_min`` and ten times it for ``threshold0``.
@@ -95,7 +99,7 @@ class DynamicGraph(GradientStrategy):
         high, low = self.thresholds(R, p)
         d2 = scaled_distances(x, sigma, messages.n[:, None] * messages.weights)
         graph = (d2 < max(high / t, low)) & ~np.eye(K, dtype=bool)
-        rho = 1.0 / K if self.coupling is None else self.coupling
+        rho = (2.0 / self.C_eta - 1.0) / (1 + 2 * graph.sum(axis=1).max()) if self.coupling is None else self.coupling
         pull = graph.sum(axis=1)[:, None, None] * x - np.einsum("ik,k...->i...", graph.astype(float), x)
         params = MixtureParams(messages.weights, messages.theta - self.C_eta * rho * pull, messages.scale)
         return Broadcast(params), state._replace(params=params, graph=graph)
