@@ -185,6 +185,8 @@ def fastest_mixing(A, max_iter=300, step=0.5):
         W[np.diag_indices(K)] = 1.0 - W.sum(axis=1)
         return W
 
+    if not len(i):  # one client: nothing to mix
+        return np.eye(K)
     best = w = metropolis_hastings(A)[i, j]
     best_slem = slem(matrix(w))
     for k in range(1, max_iter + 1):

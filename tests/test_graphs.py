@@ -93,3 +93,9 @@ def test_check_mixing_refuses_weight_off_the_graph():
         G.check_mixing(np.full((3, 3), 1 / 3), G.adjacency(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]])))
     with pytest.raises(ValueError, match="symmetric"):
         G.check_mixing(np.array([[0.5, 0.5], [0.2, 0.8]]))
+
+
+def test_one_client_mixes_with_nobody():
+    for W in (G.fastest_mixing(G.complete(1)), G.metropolis_hastings(G.complete(1))):
+        np.testing.assert_array_equal(W, [[1.0]])
+        assert G.spectral_gap(W) == 1.0
