@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .algorithms import METHODS
-from .studies import ALL_METHODS, METRIC_NAMES, format_table, plot_study, run_study, write_csv
+from .studies import ALL_METHODS, BACKENDS, METRIC_NAMES, format_table, plot_study, run_study, write_csv
 
 DEMO_METHODS = ("fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem")
 
@@ -83,7 +83,7 @@ class _Parser(ArgumentParser):
 
 
 def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n_outliers=1, n_init=5,
-             max_iter=1000, tol=1e-5, n_jobs=1, random_state=0):
+             max_iter=1000, tol=1e-5, n_jobs=1, random_state=0, backend="loky", address=None):
     """Run a study on the paper's design (App. B.1) and write ``results.csv``, ``summary.txt`` and ``study.png``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,8 @@ def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n
     settings = [{"h": h, "n_clients": n_clients, "n_samples": n_samples, "outlier_clients": outliers}
                 for h in h_values]
     rows = run_study(model, methods, settings, reps, random_state,
-                     fit_options={"n_init": n_init, "max_iter": max_iter, "tol": tol}, n_jobs=n_jobs, progress=True)
+                     fit_options={"n_init": n_init, "max_iter": max_iter, "tol": tol}, n_jobs=n_jobs, progress=True,
+                     backend=backend, address=address)
     write_csv(rows, out / "results.csv")
     text = [f"{model.upper()}, K={n_clients} ({n_outliers} outlier), n={n_samples}, {reps} replications per h; "
             "mean (sd) of the max error over the non-outlier clients"]
@@ -129,7 +130,13 @@ def main(argv=None):
     p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
                        help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
     p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
-    p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores)")
+    p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores or cluster workers)")
+    p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
+                       help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "
+                            "'dask', 'ray')")
+    p_sim.add_argument("--address", default=None,
+                       help="the cluster's scheduler (tcp://host:8786 for Dask, host:6379 or auto for Ray); "
+                            "default: a running or new local one")
     p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
     p_bounds = sub.add_parser("bounds", help="the terms of FedGrEM's error bound and the dominant one")
     p_bounds.add_argument("--model", choices=("gmm", "mor"), default="gmm")
@@ -168,7 +175,7 @@ def main(argv=None):
     else:
         simulate(args.model, args.h, args.reps, methods, args.out, n_clients=args.clients,
                  n_samples=args.samples, n_outliers=args.outliers, n_init=args.n_init, n_jobs=args.jobs,
-                 random_state=args.seed)
+                 random_state=args.seed, backend=args.backend, address=args.address)
     return 0
 
 

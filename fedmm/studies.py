@@ -11,9 +11,10 @@ rounds sent (``messages``, ``floats``; the kept run's, ``docs/decentralized.md``
 
 import csv
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, parallel_config
 from sklearn.exceptions import ConvergenceWarning
 from tqdm.auto import tqdm
 
@@ -22,7 +23,10 @@ from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
 from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
 
-__all__ = ["ALL_METHODS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study"]
+__all__ = ["ALL_METHODS", "BACKENDS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study"]
+
+#: Where a study's fits run: joblib's local processes, or an existing Dask or Ray cluster through joblib.
+BACKENDS = ("loky", "dask", "ray")
 
 #: Fig. 3's methods, in its order (FedGMM is not implemented).
 ALL_METHODS = ("local-em", "local-grem", "fedem", "tgmm", "pooled-em", "pooled-grem", "fedgrem")
@@ -70,8 +74,47 @@ def _one_fit(model, method, setting, seed, fit_options):
             "messages": int(est.history_["messages"].sum()), "floats": int(est.history_["floats"].sum())}
 
 
+@contextmanager
+def cluster(backend="loky", address=None):
+    """Run the joblib calls inside on ``backend``: ``"loky"`` (local processes), ``"dask"`` (the Dask
+    scheduler at ``address``, else the current ``dask.distributed`` client, else a new local cluster) or
+    ``"ray"`` (the Ray cluster at ``address``, else the running one, else a local one). No scheduler of
+    fedmm's own: the cluster engines do the scheduling (``docs/studies.md``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
+    if backend == "loky":
+        yield
+        return
+    extra = {"dask": "dask", "ray": "ray"}[backend]
+    try:
+        if backend == "dask":
+            from dask.distributed import Client, default_client
+        else:
+            import ray
+            from ray.util.joblib import register_ray
+    except ImportError as error:
+        raise ImportError(f"backend={backend!r} needs {extra}: pip install 'fedmm[{extra}]'.") from error
+    if backend == "dask":
+        try:
+            client, own = (Client(address), True) if address else (default_client(), False)
+        except ValueError:  # no client yet: start a local cluster for this study
+            client, own = Client(), True
+        try:
+            with parallel_config(backend="dask"):
+                yield
+        finally:
+            if own:
+                client.close()
+        return
+    register_ray()
+    if not ray.is_initialized():
+        ray.init(address=address)
+    with parallel_config(backend="ray"):
+        yield
+
+
 def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, random_state=0, fit_options=None,
-              n_jobs=1, progress=False):
+              n_jobs=1, progress=False, backend="loky", address=None):
     """Fit every method on ``reps`` simulated data sets per setting.
 
     Parameters
@@ -89,9 +132,15 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         Extra estimator arguments (``n_init``, ``max_iter``, ``C_eta``, ...); each method gets those
         it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`).
     n_jobs : int
-        Parallel workers (joblib; -1: all cores).
+        Parallel workers (joblib; -1: all cores, or all of a cluster's workers).
     progress : bool
         Show a tqdm progress bar.
+    backend : {"loky", "dask", "ray"}
+        Where the fits run (:func:`cluster`): this machine's cores, or an existing Dask or Ray cluster
+        (``address``: its scheduler) through joblib. Every fit's seed is fixed by the grid, so the rows
+        are the same on every backend.
+    address : str, optional
+        The cluster's scheduler address (``tcp://host:8786`` for Dask, ``host:6379`` or ``auto`` for Ray).
 
     Returns
     -------
@@ -108,9 +157,11 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
     tasks = (delayed(_one_fit)(model, m, s, seed, dict(fit_options or {})) for m, s, seed in jobs)
     bar = tqdm(total=len(jobs), desc=f"{model} study", disable=not progress)
     rows = []
-    for row in Parallel(n_jobs=n_jobs, return_as="generator")(tasks):
-        rows.append(row)
-        bar.update()
+    # Ray's joblib backend returns all results at once (no generator): the bar then jumps at the end.
+    with cluster(backend, address):
+        for row in Parallel(n_jobs=n_jobs, return_as="list" if backend == "ray" else "generator")(tasks):
+            rows.append(row)
+            bar.update()
     bar.close()
     return rows
 

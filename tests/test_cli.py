@@ -18,6 +18,7 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     (["simulate", "--methods", "fedavg"], "argument --methods"), (["bounds", "--n", "0"], "argument --n"),
     (["demo", "--reps", "0"], "argument --reps"), (["bounds", "--eps", "0.7"], "argument --eps"),
     (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
+    (["simulate", "--backend", "spark"], "argument --backend"),
 ])
 def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -67,3 +67,23 @@ def test_simulate_command_writes_its_outputs(tmp_path, capsys):
     for name in ("results.csv", "summary.txt", "study.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert len(read_csv(tmp_path / "results.csv")) == 2
+
+
+def test_a_study_on_a_local_dask_cluster_gives_the_same_rows():
+    """The cluster engine only schedules: every fit's seed is fixed by the grid (issue 16, item 4)."""
+    distributed = pytest.importorskip("distributed")
+    settings = [{"h": 0.5, "n_clients": 3, "n_samples": 60, "centers": CENTERS}]
+    here = run_study("gmm", ("local-em", "fedgrem"), settings, reps=2, fit_options={"max_iter": 50})
+    with distributed.Client(distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                                     dashboard_address=None)):
+        there = run_study("gmm", ("local-em", "fedgrem"), settings, reps=2, fit_options={"max_iter": 50},
+                          n_jobs=-1, backend="dask")
+    assert [r["theta_error"] for r in there] == [r["theta_error"] for r in here]
+
+
+def test_unknown_backends_and_missing_engines_are_clear_errors(monkeypatch):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        run_study("gmm", ("local-em",), reps=1, backend="spark")
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)          # ray not installed
+    with pytest.raises(ImportError, match=r"pip install 'fedmm\[ray\]'"):
+        run_study("gmm", ("local-em",), reps=1, backend="ray")
