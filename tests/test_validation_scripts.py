@@ -61,7 +61,9 @@ def test_model_selection_quick(capsys):
     assert "met: h=0, bic" in capsys.readouterr().out
 
 
-def test_decentralized_quick(capsys):
-    assert _load("decentralized").main(["--quick"]) == 0
+def test_decentralized_quick(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    assert _load("decentralized").main(["--quick", "--figure", str(tmp_path / "fig.png")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "Clustered design" in out and "DOES NOT HOLD" not in out
