@@ -16,7 +16,7 @@ def _problem(K, R, p, seed, equal_sizes):
     return theta, n_k
 
 
-@pytest.mark.parametrize("solver", ["irls", "alternating"])
+@pytest.mark.parametrize("solver", ["irls", "irls-numpy", "alternating"])
 @given(args=problems)
 def test_subgradient_optimality_conditions_hold(solver, args):
     """KKT of min sum_k n_k/2 ||nu_k - theta_k||^2 + sqrt(n_k) lam ||nu_k - nu_bar||:
@@ -111,3 +111,18 @@ def test_the_two_solvers_agree(args):
     b = _objective(theta, n_k, lam, central_update(theta, n_k, lam, solver="alternating", max_iter=200_000))
     assert a == pytest.approx(b, rel=1e-8, abs=1e-8)
     assert a <= b + 1e-9 * abs(b)
+
+
+@given(args=problems, per_component=st.booleans(), lam=st.sampled_from([0.3, 7.8, np.inf]))
+def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, lam):
+    """The Numba IRLS loop against the numpy one, step for step: same iterations, same answer to rounding."""
+    K, R, p, seed, _, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    if per_component:
+        n_k = n_k[:, None] * np.random.RandomState(seed).dirichlet(np.ones(R), size=K) * R
+    fast = central_update(theta, n_k, lam, solver="irls")
+    slow = central_update(theta, n_k, lam, solver="irls-numpy")
+    assert fast.n_iter == slow.n_iter and fast.converged == slow.converged
+    np.testing.assert_allclose(fast.center, slow.center, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fast.nu, slow.nu, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(fast.pooled, slow.pooled)

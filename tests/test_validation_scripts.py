@@ -67,3 +67,8 @@ def test_decentralized_quick(capsys, tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "Clustered design" in out and "DOES NOT HOLD" not in out
+
+
+def test_bench_central_quick(capsys):
+    assert _load("bench_central").main(["--quick"]) == 0
+    assert "PASS" in capsys.readouterr().out
