@@ -21,7 +21,7 @@ from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
 from .algorithms._base import ETA_RULES
 from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
-from .algorithms.fedgrem import PENALTIES, POOLING_SIZES
+from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData
 from .engine import Participation, Progress, fit_restarts, fit_weights
@@ -155,7 +155,7 @@ class _FederatedMixture(BaseEstimator, ABC):
                 shown = repr(value) if np.ndim(value) == 0 else f"<array of shape {np.shape(value)}>"
                 raise ValueError(f"{name}={shown} is not used by method={self.method!r} (only by {users}); "
                                  f"leave it at its default {default!r} or choose one of those methods.")
-        if self.penalty == "auto" and self.method != "fedgrem":
+        if self.penalty == "auto" and not issubclass(METHODS[self.method], FedGrEM):
             raise ValueError(f"penalty='auto' tunes FedGrEM's penalty; method={self.method!r} has none.")
 
     def _strategy_options(self, rng):

@@ -107,3 +107,11 @@ def test_regression_estimator_takes_it():
     fg = FederatedMixtureRegression(2, method="fedgrem", fit_intercept=False, tol=1e-10, max_iter=3000,
                                     random_state=0).fit(X, y)
     np.testing.assert_allclose(np.sort(mr.coef_, axis=1), np.sort(fg.coef_, axis=1), atol=1e-6)
+
+
+def test_its_penalty_can_be_tuned_by_held_out_likelihood():
+    X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.3, random_state=3)
+    gm = FederatedGaussianMixture(R, method="d-fedgrem", graph="ring", penalty="auto", random_state=0).fit(X)
+    assert gm.penalty_selection_ is not None and gm.converged_
+    with pytest.raises(ValueError, match="penalty='auto' is not used by method='fedem'"):
+        FederatedGaussianMixture(R, method="fedem", penalty="auto").fit(X)
