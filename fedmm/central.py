@@ -133,16 +133,20 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
 
 def _numpy_iterations(solver, threshold):
     """The loop of ``solver`` ("irls-numpy" or "alternating") in numpy, with :func:`_irls`'s signature."""
+    def irls_step(theta, n_k, lam, center):
+        distance = np.linalg.norm(theta - center, axis=-1)                            # (K, R)
+        with np.errstate(divide="ignore"):
+            far = np.sqrt(n_k) * lam / distance
+        return _weighted_mean(theta, np.where(distance <= threshold, n_k, far))
+
+    def alternating_step(theta, n_k, lam, center):
+        return _weighted_mean(theta - _soft_threshold(theta - center, threshold), n_k)
+
+    step = irls_step if solver == "irls-numpy" else alternating_step
+
     def iterate(theta, n_k, lam, center, tol, max_iter):
         for it in range(1, max_iter + 1):
-            if solver == "irls-numpy":
-                distance = np.linalg.norm(theta - center, axis=-1)                # (K, R)
-                with np.errstate(divide="ignore"):
-                    far = np.sqrt(n_k) * lam / distance
-                new_center = _weighted_mean(theta, np.where(distance <= threshold, n_k, far))
-            else:
-                delta = _soft_threshold(theta - center, threshold)
-                new_center = _weighted_mean(theta - delta, n_k)
+            new_center = step(theta, n_k, lam, center)
             moved = np.abs(new_center - center).max()
             center = new_center
             if moved <= tol:

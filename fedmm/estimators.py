@@ -765,7 +765,8 @@ class FederatedGaussianMixture(_FederatedMixture):
                  penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
                  federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
-                 threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6, weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
+                 threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6,
+                 weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
                  random_state=None):
         self.n_components = n_components
         self.method = method

@@ -27,7 +27,8 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 __all__ = ["complete", "ring", "torus", "erdos_renyi", "connected_erdos_renyi", "k_regular", "adjacency", "check_connected",
-           "metropolis_hastings", "fastest_mixing", "spectral_gap", "check_mixing", "erdos_renyi_sequence"]
+           "metropolis_hastings", "fastest_mixing", "spectral_gap", "n_directed_edges", "check_mixing",
+           "erdos_renyi_sequence"]
 
 
 def adjacency(A):
@@ -143,6 +144,11 @@ def slem(W):
     """Second-largest eigenvalue modulus ``max(|lambda_2|, |lambda_K|)`` of a symmetric stochastic ``W``."""
     lam = np.linalg.eigvalsh(W)
     return 0.0 if len(lam) == 1 else max(abs(lam[0]), abs(lam[-2]))
+
+
+def n_directed_edges(W):
+    """Messages one exchange over the mixing matrix ``W`` sends: its off-diagonal non-zeros."""
+    return int(np.count_nonzero(W) - np.count_nonzero(np.diag(W)))
 
 
 def spectral_gap(W):

@@ -121,10 +121,9 @@ class Strategy(ABC):
         local = self.local_update(family, stats, state, n_k)
         return ClientMessage(n_k, loglik, *local, stats if self.sends_stats else None), state
 
+    @abstractmethod
     def local_update(self, family, stats, state, n_k):
-        """The client's new ``MixtureParams`` from its E-step statistics (every strategy that keeps the common
-        :meth:`client_step`; FedeRiCo has its own)."""
-        raise NotImplementedError(f"{type(self).__name__} has no local update")
+        """The client's new ``MixtureParams`` from its E-step statistics."""
 
     # --- server side -------------------------------------------------------------------
 

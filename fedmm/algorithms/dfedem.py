@@ -112,7 +112,6 @@ class DFedEM(Strategy):
     def communication(self, messages, broadcast, state):
         """Each exchange sends every client's ``(n_k theta_k, n_k scale_k, n_k)`` along each directed edge of
         the round's graph (the off-diagonal support of ``W``)."""
-        W = state.W
-        edges = np.count_nonzero(W) - np.count_nonzero(np.diag(W))
+        edges = graphs.n_directed_edges(state.W)
         per_message = messages.theta[0].size + messages.scale[0].size + 1
         return {"messages": self.n_gossip * edges, "floats": self.n_gossip * edges * per_message}

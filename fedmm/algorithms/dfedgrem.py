@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import mixing_schedule
 from .fedgrem import Consensus, FedGrEM, penalty_schedule
@@ -113,8 +114,7 @@ class DFedGrEM(FedGrEM):
 
     def communication(self, messages, broadcast, state):
         """One exchange: every client's FedGrEM message along each directed edge of the round's graph."""
-        W = state.W
-        edges = np.count_nonzero(W) - np.count_nonzero(np.diag(W))
+        edges = graphs.n_directed_edges(state.W)
         return {"messages": edges, "floats": edges * n_floats(messages) // len(messages.n)}
 
     def round_info(self, state):

@@ -51,7 +51,7 @@ from sklearn.utils import check_random_state
 
 from ..families import MixtureParams
 from ..protocol import Broadcast, n_floats
-from ._base import Strategy
+from ._base import Strategy, em_update
 
 LOSSES = ("mean", "sum")
 
@@ -186,6 +186,11 @@ class FedeRiCo(Strategy):
                              np.take_along_axis(w, broadcast.slots, axis=1))
         return FedeRiCoMessage(n_k, loglik[:, 0], w, broadcast.slots, weighted), FedeRiCoClientState(ell, L)
 
+    def local_update(self, family, stats, state, n_k):
+        """A model owner's M-step on the weighted statistics it received (Alg. 1 lines 22-25), run in the
+        exchange: proportions ``N_r / sum_r N_r`` and the family's closed-form maximizer."""
+        return em_update(family, stats, n_k)
+
     # --- the exchange ------------------------------------------------------------------
 
     def server_start(self, family, start, n_k):
@@ -204,10 +209,9 @@ class FedeRiCo(Strategy):
         cache = type(messages.stats)(*(None if c is None else _put(c, owner, sender, f.reshape((-1,) + f.shape[2:]))
                                        for c, f in zip(state.cache, messages.stats)))
         received = type(cache)(*(None if c is None else c.sum(axis=1) for c in cache))
-        theta, scale = family.m_step(received)
-        used = received.N.sum(axis=1) > 1e-12
-        new = MixtureParams(received.N / np.maximum(received.N.sum(axis=1, keepdims=True), 1e-300), theta, scale)
-        params = new.where(used, state.params)
+        total = received.N.sum(axis=1)
+        new = self.local_update(family, received, None, np.maximum(total, 1e-300))
+        params = new.where(total > 1e-12, state.params)
         slots = np.array([np.concatenate([[i], epsilon_greedy(messages.w[i], i, self.federico_neighbors,
                                                               self.federico_epsilon, state.rng)]) for i in range(K)])
         return self._deliver(params, slots), state._replace(params=params, w=messages.w, cache=cache)
