@@ -206,8 +206,9 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
             _check_finite(strategy, new, messages.loglik, t, bound)
             mean_ll = messages.loglik / n_k
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
+            sent = (messages, broadcast) if mask.all() else (take(messages, heard), take(broadcast, heard))
             history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
-                            **strategy.communication(take(messages, heard), take(broadcast, heard), server),
+                            **strategy.communication(*sent, server),
                             **strategy.round_info(server)})
             progress.round(t, history[-1])
             params = new
