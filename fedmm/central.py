@@ -46,6 +46,23 @@ with one of two alternating schemes:
 
 Both stop when ``nu_bar`` moves by less than the tolerance, and the tests hold
 both to the optimality conditions.
+
+**A metric per client** (fedmm's, beyond the paper). With ``metric`` ``G_kr``
+(symmetric positive definite), every norm above becomes
+``||u||_G = sqrt(u^T G_kr u)``:
+
+    min  sum_k  n_k/2 ||nu_k - theta_k||_G^2 + sqrt(n_k) lambda ||nu_k - nu_bar||_G.
+
+The soft-threshold keeps its form (it acts on ``L^T u`` for ``G = L L^T``), and
+the weighted means become ``nu_bar = (sum_k omega_k G_kr)^{-1} sum_k omega_k G_kr theta_k``.
+For regressions ``G_kr = A_kr / N_kr``, the component's design moment
+(:meth:`fedmm.families.RegressionFamily.central_metric`): ``n_k G_kr`` is then the
+information about ``theta_kr`` in the client's data, so clients that all pool
+meet at the information-weighted mean of their local estimates, which for
+preconditioned gradient steps is the pooled M-step (pooled EM's fixed point)
+rather than an average of per-client least-squares fits; and the distances
+do not depend on linear maps of the features. Under the paper's design
+(``x ~ N(0, I)``) ``G_kr`` is ``I`` in expectation, the paper's problem.
 """
 
 from typing import NamedTuple
@@ -68,7 +85,7 @@ class CentralResult(NamedTuple):
     pooled : ndarray of shape (K, R), bool
         Client ``k``'s component ``r`` was shrunk exactly onto the centre.
     distance : ndarray of shape (K, R)
-        ``||theta_k - nu_bar||``: how far each client's input was from the centre.
+        ``||theta_k - nu_bar||`` (in the metric, if given): how far each client's input was from the centre.
     threshold : ndarray of shape (K, R)
         ``lambda / sqrt(n_k)``: the distance below which a client's component is pooled.
     n_iter : int
@@ -88,7 +105,7 @@ class CentralResult(NamedTuple):
 SOLVERS = ("irls", "irls-numpy", "alternating")
 
 
-def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
+def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, max_iter=1000):
     """Solve the central problem of FedGrEM for every component.
 
     Parameters
@@ -99,6 +116,9 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
         Client sample sizes, or per-component effective sizes.
     lam : float
         Penalty ``lambda`` (``0`` returns the inputs; ``inf`` the ``n_k``-weighted mean).
+    metric : ndarray of shape (K, R, p, p), optional
+        The metric ``G_kr`` of each client's component (see the module docstring); ``None``, the
+        Euclidean norm of the paper. With a metric, ``"irls"`` runs its numpy loop.
     solver : {"irls", "alternating"}
         See the module docstring.
     tol : float
@@ -118,31 +138,36 @@ def central_update(theta, n_k, lam, *, solver="irls", tol=1e-10, max_iter=1000):
     threshold = lam / np.sqrt(n_k)                                                 # (K, R)
     scale = 1.0 + np.abs(theta).max()
     # Both schemes start from Delta = 0 (App. B.1, step (i)): the n_k-weighted mean.
-    center = _weighted_mean(theta, n_k)
+    if metric is not None:
+        metric = np.asarray(metric, dtype=float)
+        if metric.shape != theta.shape + theta.shape[-1:]:
+            raise ValueError(f"metric must have shape {theta.shape + theta.shape[-1:]}, got {metric.shape}.")
+    center = _weighted_mean(theta, n_k, metric)
     if lam == 0:
         # No penalty: nu_k = theta_k and any nu_bar is optimal; report the weighted mean.
-        distance = np.linalg.norm(theta - center, axis=-1)
+        distance = _norm(theta - center, metric)
         return CentralResult(theta.copy(), center, distance == 0, distance, threshold, 0, True)
-    iterate = _irls if solver == "irls" else _numpy_iterations(solver, threshold)
+    iterate = _irls if solver == "irls" and metric is None else _numpy_iterations(solver, threshold, metric)
     center, it, converged = iterate(theta, np.ascontiguousarray(n_k), float(lam), center, tol * scale, max_iter)
-    delta = _soft_threshold(theta - center, threshold)
-    distance = np.linalg.norm(theta - center, axis=-1)
+    delta = _soft_threshold(theta - center, threshold, metric)
+    distance = _norm(theta - center, metric)
     pooled = ~np.any(delta != 0, axis=-1)
     return CentralResult(center + delta, center, pooled, distance, threshold, it, converged)
 
 
-def _numpy_iterations(solver, threshold):
-    """The loop of ``solver`` ("irls-numpy" or "alternating") in numpy, with :func:`_irls`'s signature."""
+def _numpy_iterations(solver, threshold, metric=None):
+    """The loop of ``solver`` ("irls", "irls-numpy" or "alternating") in numpy, with :func:`_irls`'s
+    signature."""
     def irls_step(theta, n_k, lam, center):
-        distance = np.linalg.norm(theta - center, axis=-1)                            # (K, R)
+        distance = _norm(theta - center, metric)                                      # (K, R)
         with np.errstate(divide="ignore"):
             far = np.sqrt(n_k) * lam / distance
-        return _weighted_mean(theta, np.where(distance <= threshold, n_k, far))
+        return _weighted_mean(theta, np.where(distance <= threshold, n_k, far), metric)
 
     def alternating_step(theta, n_k, lam, center):
-        return _weighted_mean(theta - _soft_threshold(theta - center, threshold), n_k)
+        return _weighted_mean(theta - _soft_threshold(theta - center, threshold, metric), n_k, metric)
 
-    step = irls_step if solver == "irls-numpy" else alternating_step
+    step = alternating_step if solver == "alternating" else irls_step
 
     def iterate(theta, n_k, lam, center, tol, max_iter):
         for it in range(1, max_iter + 1):
@@ -183,15 +208,28 @@ def _irls(theta, n_k, lam, center, tol, max_iter):
     return center, max_iter, False
 
 
-def _weighted_mean(points, weights):
-    """``sum_k weights[k, r] points[k, r] / sum_k weights[k, r]`` for every component: (R, p)."""
+def _weighted_mean(points, weights, metric=None):
+    """``sum_k weights[k, r] points[k, r] / sum_k weights[k, r]`` for every component: (R, p); with a
+    metric, ``(sum_k weights G_kr)^{-1} sum_k weights G_kr points[k, r]``."""
     weights = np.broadcast_to(weights, points.shape[:2])
-    return (weights[..., None] * points).sum(axis=0) / weights.sum(axis=0)[:, None]
+    if metric is None:
+        return (weights[..., None] * points).sum(axis=0) / weights.sum(axis=0)[:, None]
+    H = np.einsum("kr,krij->rij", weights, metric)
+    b = np.einsum("kr,krij,krj->ri", weights, metric, points)
+    return np.linalg.solve(H, b[..., None])[..., 0]
 
 
-def _soft_threshold(u, threshold):
-    """Group soft-threshold of every ``u[k, r]`` at ``threshold[k, r]`` (the ``Delta_k`` step of eq. (6))."""
-    norm = np.linalg.norm(u, axis=-1, keepdims=True)
+def _norm(u, metric=None):
+    """``||u[k, r]||``, or ``sqrt(u^T G_kr u)`` with a metric: (K, R)."""
+    if metric is None:
+        return np.linalg.norm(u, axis=-1)
+    return np.sqrt(np.maximum(np.einsum("kri,krij,krj->kr", u, metric, u), 0.0))
+
+
+def _soft_threshold(u, threshold, metric=None):
+    """Group soft-threshold of every ``u[k, r]`` at ``threshold[k, r]`` (the ``Delta_k`` step of eq. (6)),
+    in the metric's norm."""
+    norm = _norm(u, metric)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
         shrink = np.where(norm > threshold[..., None], 1.0 - threshold[..., None] / norm, 0.0)
     return shrink * u

@@ -126,3 +126,81 @@ def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, 
     np.testing.assert_allclose(fast.center, slow.center, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fast.nu, slow.nu, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(fast.pooled, slow.pooled)
+
+
+def _metric(K, R, p, seed):
+    """Random symmetric positive definite ``G_kr`` (condition numbers up to about 100)."""
+    rng = np.random.RandomState(seed + 2)
+    L = rng.randn(K, R, p, p) + 3.0 * np.eye(p)
+    return np.einsum("krij,krlj->kril", L, L) / p
+
+
+@pytest.mark.parametrize("solver", ["irls", "alternating"])
+@given(args=problems)
+def test_optimality_conditions_hold_in_a_metric(solver, args):
+    """KKT of min sum_k n_k/2 ||nu_k - theta_k||_G^2 + sqrt(n_k) lam ||nu_k - nu_bar||_G: the centre's
+    condition sum_k n_k G_k (theta_k - nu_k) = 0; a pooled client within lam / sqrt(n_k) of nu_bar in
+    G-norm; an unpooled one with nu_k - theta_k + thr (nu_k - nu_bar) / ||nu_k - nu_bar||_G = 0."""
+    K, R, p, seed, lam, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    G = _metric(K, R, p, seed)
+    res = central_update(theta, n_k, lam, metric=G, solver=solver, max_iter=200_000)
+    assert res.converged
+    scale = n_k.sum() * (1 + np.abs(theta).max()) * np.abs(G).max()
+    grad = np.einsum("k,krij,krj->ri", n_k, G, theta - res.nu)
+    np.testing.assert_allclose(grad, 0.0, atol=1e-7 * scale)
+    thr = np.repeat(lam / np.sqrt(n_k)[:, None], R, axis=1)
+    d = res.nu - res.center
+    norm_G = np.sqrt(np.einsum("kri,krij,krj->kr", theta - res.center, G, theta - res.center))
+    np.testing.assert_allclose(res.distance, norm_G, rtol=1e-12)
+    assert np.all(norm_G[res.pooled] <= thr[res.pooled] * (1 + 1e-6) + 1e-9)
+    unit = d / np.maximum(np.sqrt(np.einsum("kri,krij,krj->kr", d, G, d)), 1e-300)[..., None]
+    resid = (res.nu - theta + thr[..., None] * unit)[~res.pooled]
+    np.testing.assert_allclose(resid, 0.0, atol=1e-7 * (1 + np.abs(theta).max()))
+
+
+@given(problems)
+def test_identity_metric_is_the_papers_problem(args):
+    K, R, p, seed, lam, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    plain = central_update(theta, n_k, lam)
+    metric = central_update(theta, n_k, lam, metric=np.broadcast_to(np.eye(p), (K, R, p, p)))
+    np.testing.assert_allclose(metric.center, plain.center, atol=1e-8 * (1 + np.abs(theta).max()))
+    np.testing.assert_array_equal(metric.pooled, plain.pooled)
+
+
+@given(problems)
+def test_a_metric_makes_the_update_equivariant_under_linear_maps(args):
+    """theta -> T theta with G -> T^{-T} G T^{-1} (the design moment under x -> T^{-T} x) leaves every
+    distance unchanged, so the solution maps through T and the same clients pool."""
+    K, R, p, seed, lam, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    G = _metric(K, R, p, seed)
+    T = np.random.RandomState(seed + 3).randn(p, p) + 2.0 * np.eye(p)
+    T_inv = np.linalg.inv(T)
+    res = central_update(theta, n_k, lam, metric=G)
+    mapped = central_update(theta @ T.T, n_k, lam, metric=np.einsum("ji,krjl,lm->krim", T_inv, G, T_inv))
+    np.testing.assert_allclose(mapped.center, res.center @ T.T, atol=1e-7 * (1 + np.abs(theta @ T.T).max()))
+    np.testing.assert_array_equal(mapped.pooled, res.pooled)
+
+
+def test_infinite_penalty_in_the_information_metric_gives_the_pooled_least_squares_fit():
+    """Clients holding their least-squares fits A_k^{-1} b_k, weighted by n_k G_k = A_k (sizes N_k, G_k = A_k /
+    N_k), meet at the pooled fit (sum A_k)^{-1} sum b_k, not at an average of the fits."""
+    rng = np.random.RandomState(0)
+    K, p = 6, 4
+    X = [rng.randn(n, p) * rng.uniform(0.2, 3.0, p) for n in rng.randint(8, 60, size=K)]
+    y = [x @ np.arange(1.0, p + 1) + rng.randn(len(x)) for x in X]
+    A = np.array([x.T @ x for x in X])[:, None]
+    b = np.array([x.T @ v for x, v in zip(X, y)])[:, None]
+    N = np.array([len(x) for x in X], dtype=float)
+    fits = np.linalg.solve(A, b[..., None])[..., 0]
+    res = central_update(fits, N, np.inf, metric=A / N[:, None, None, None])
+    np.testing.assert_allclose(res.center[0], np.linalg.solve(A.sum(0)[0], b.sum(0)[0]), rtol=1e-10)
+    assert res.pooled.all()
+    assert not np.allclose(res.center[0], (N[:, None] * fits[:, 0]).sum(0) / N.sum(), rtol=1e-3)
+
+
+def test_a_metric_of_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match="metric must have shape"):
+        central_update(np.zeros((3, 2, 4)), np.ones(3), 1.0, metric=np.zeros((3, 2, 4)))

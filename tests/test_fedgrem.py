@@ -197,3 +197,21 @@ def test_robust_variance_pooling_in_a_fit():
     assert np.abs(pooled - np.eye(2)).max() < 5 * np.sqrt(2 / 500)
     with pytest.raises(ValueError, match="pool_variances"):
         FederatedGaussianMixture(3, pool_variances="always").fit(X)
+
+
+@pytest.mark.parametrize("precondition", [True, False])
+def test_fully_pooled_regression_meets_at_the_pooled_least_squares_fit(precondition):
+    """One component, penalty inf: every client is pooled, and the fixed point must be pooled least
+    squares on all clients' rows. With preconditioned steps the clients send their own least-squares
+    fits, which the central update weighs by their information A_k (the design-moment metric); the
+    plain mean of the fits, what a Euclidean central problem gives, differs on clients of different
+    designs and sizes."""
+    rng = np.random.RandomState(3)
+    X = [rng.randn(n, 3) * rng.uniform(0.3, 3.0, 3) + rng.randn(3) for n in (15, 40, 90, 25)]
+    y = [x @ np.array([1.0, -2.0, 0.5]) + 4.0 + rng.randn(len(x)) for x in X]
+    est = FederatedMixtureRegression(1, method="fedgrem", penalty=np.inf, precondition=precondition,
+                                     max_iter=3000, tol=1e-10, random_state=0).fit(X, y)
+    design = np.column_stack([np.ones(sum(map(len, X))), np.vstack(X)])
+    ols = np.linalg.lstsq(design, np.concatenate(y), rcond=None)[0]
+    np.testing.assert_allclose(est.intercept_[0, 0], ols[0], rtol=1e-6)
+    np.testing.assert_allclose(est.coef_[0, 0], ols[1:], rtol=1e-6)

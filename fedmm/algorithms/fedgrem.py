@@ -252,7 +252,7 @@ class FedGrEM(GradientStrategy):
         ``(params, central, sigma, scale_pooled, warned)``, for the clients whose ``messages`` are given."""
         sigma = noise_scale(family.coordinate_variances(messages.scale))
         central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
-                                 tol=self.central_tol, max_iter=self.central_max_iter)
+                                 metric=family.central_metric(messages.stats), tol=self.central_tol, max_iter=self.central_max_iter)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -381,4 +381,7 @@ def _penalized_loglik(result):
     """
     c = result.diagnostics
     gap = np.maximum(c.distance - c.threshold, 0.0)
-    return result.loglik - (c.sqrt_n_lambda * result.params.weights * gap).sum(axis=1)
+    # A pooled component pays nothing, also under an infinite penalty (inf * 0 would be NaN).
+    with np.errstate(invalid="ignore"):
+        penalty = np.where(gap > 0, c.sqrt_n_lambda * result.params.weights * gap, 0.0)
+    return result.loglik - penalty.sum(axis=1)

@@ -157,6 +157,11 @@ class Family(ABC):
         in :mod:`fedmm.algorithms.fedgrem`): the family's variances themselves unless overridden."""
         return scale
 
+    def central_metric(self, stats):
+        """The metric ``G_kr`` (K, R, p, p) of the parameters in FedGrEM's central problem
+        (:func:`fedmm.central.central_update`), or ``None`` for the paper's Euclidean norm (the default)."""
+        return None
+
     def center_scale(self, scale):
         """The consensus's variances from the clients' (K, R, s): their coordinate-wise median."""
         return np.median(scale, axis=0)

@@ -165,6 +165,24 @@ class RegressionFamily(Family):
             residual = stats.N[..., None] * self._solve(stats.A, residual)
         return params.theta + eta[..., None] * residual / n_k[:, None, None]
 
+    def central_metric(self, stats):
+        """With ``precondition``, the design moment ``G_kr = A_kr / N_kr`` (``None`` without: the paper's).
+
+        The metric the preconditioned step already works in (:meth:`gradient_step`): ``n_k G_kr`` is
+        the information about ``theta_kr`` in the client's data (per unit noise variance, and up to
+        ``w_kr``), so FedGrEM's central problem weighs each client's coefficients by what its data
+        say about them, its pooled clients meet at pooled EM's fixed point, and its distances do not
+        change under linear maps of the features (App. E.5's ``A_r``; ``E[G_kr] = I`` under the
+        paper's design, App. B.1). A nearly empty component's metric is nearly zero, with a small
+        ridge (as :meth:`_solve`) so that it stays positive definite.
+        """
+        if not self.precondition:
+            return None
+        G = stats.A / np.maximum(stats.N, _TINY)[..., None, None]
+        p = G.shape[-1]
+        ridge = self.reg_coef * (np.trace(G, axis1=-2, axis2=-1)[..., None, None] / p + 1.0)
+        return G + ridge * np.eye(p)
+
     def update_scale(self, stats, theta):
         """Noise variance maximizing Q-hat at ``theta``: residual sum of squares over ``N``."""
         K, R, _ = theta.shape
