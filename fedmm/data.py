@@ -176,28 +176,33 @@ class FederatedData:
         return cls(X_all, y_all, offsets, np.asarray(client_ids), order, names)
 
     def check_components(self, n_components, *, per_client):
-        """Check there are enough samples for ``n_components`` components.
+        """:func:`check_components` for these clients."""
+        check_components(self.n_samples, self.client_ids, n_components, per_client=per_client, stacklevel=4)
 
-        With ``per_client=True`` (each client fits its own mixture) a client
-        with fewer samples than components makes the fit impossible; otherwise
-        such a client only draws a warning, since it borrows strength from the
-        others, and only the total must reach ``n_components``.
-        """
-        n_k = self.n_samples
-        if n_k.sum() < n_components:
-            raise ValueError(f"{n_k.sum()} samples in all cannot fit {n_components} components; "
-                             "lower n_components or add data.")
-        small = np.flatnonzero(n_k < n_components)
-        if small.size == 0:
-            return
-        names = ", ".join(f"{_name(k, self.client_ids[k])} (n={n_k[k]})" for k in small[:5])
-        if per_client:
-            raise ValueError(f"{names} {'has' if small.size == 1 else 'have'} fewer samples than "
-                             f"n_components={n_components}, so a per-client fit is impossible; use a "
-                             "federated or pooled method, lower n_components, or drop the client.")
-        warnings.warn(f"{names} {'has' if small.size == 1 else 'have'} fewer samples than "
-                      f"n_components={n_components}; their local estimates rest on the other clients.",
-                      UserWarning, stacklevel=3)
+
+def check_components(n_samples, client_ids, n_components, *, per_client, stacklevel=5):
+    """Check there are enough samples for ``n_components`` components.
+
+    With ``per_client=True`` (each client fits its own mixture) a client
+    with fewer samples than components makes the fit impossible; otherwise
+    such a client only draws a warning, since it borrows strength from the
+    others, and only the total must reach ``n_components``.
+    """
+    n_k = np.asarray(n_samples)
+    if n_k.sum() < n_components:
+        raise ValueError(f"{n_k.sum()} samples in all cannot fit {n_components} components; "
+                         "lower n_components or add data.")
+    small = np.flatnonzero(n_k < n_components)
+    if small.size == 0:
+        return
+    names = ", ".join(f"{_name(k, client_ids[k])} (n={n_k[k]})" for k in small[:5])
+    if per_client:
+        raise ValueError(f"{names} {'has' if small.size == 1 else 'have'} fewer samples than "
+                         f"n_components={n_components}, so a per-client fit is impossible; use a "
+                         "federated or pooled method, lower n_components, or drop the client.")
+    warnings.warn(f"{names} {'has' if small.size == 1 else 'have'} fewer samples than "
+                  f"n_components={n_components}; their local estimates rest on the other clients.",
+                  UserWarning, stacklevel=stacklevel)
 
 
 def _name(k, client_id):

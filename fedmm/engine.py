@@ -27,13 +27,12 @@ from .algorithms import GradientStrategy
 from .families import MixtureParams
 from sklearn.utils import check_random_state
 
-from .protocol import put, stack, take
+from .clients import LocalClients, as_clients, fit_weights
+from .protocol import put, take
 from .tuning import first_best
 
-__all__ = ["MODES", "DivergenceError", "FitResult", "Progress", "Participation", "run_rounds", "run", "fit_restarts",
-           "fit_weights"]
-
-MODES = ("batched", "per-client")
+__all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalClients", "run_rounds", "run",
+           "fit_restarts", "fit_weights"]
 
 
 class DivergenceError(RuntimeError):
@@ -147,20 +146,12 @@ class Participation:
         return heard
 
 
-def _clients(fn, data, mode, *trees):
-    """``fn(data, *trees)`` for all clients at once, or client by client with the results stacked."""
-    if mode == "batched":
-        return fn(data, *trees)
-    if mode != "per-client":
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
-    replies = [fn(data.client_data(k), *(take(t, k) for t in trees)) for k in range(data.n_clients)]
-    if type(replies[0]) is tuple:  # several results (a plain tuple, not a message): stack each
-        return tuple(stack(list(part)) for part in zip(*replies))
-    return stack(replies)
-
-
 def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
     """Rounds of ``strategy`` from ``start`` until ``max_iter`` or the stopping rule.
+
+    ``data`` is a :class:`~fedmm.data.FederatedData` (run in this process, in ``mode``) or a transport of
+    clients with :class:`LocalClients`'s methods (:mod:`fedmm.flower`). A transport may hear fewer
+    clients than it asked (a reply lost or rejected): they count as not heard.
 
     Stops when the quantity named by ``strategy.stop_on`` changed by less
     than ``tol`` in a round: no client's mean log-likelihood per sample
@@ -180,25 +171,32 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
         non-finite, or whose parameters left every plausible range (1e8 times
         the size of the data they were fitted on).
     """
-    n_k, K = data.n_samples, data.n_clients
+    clients = as_clients(family, data, mode)
+    n_k, K = clients.n_samples, clients.n_clients
     broadcast, server = strategy.server_start(family, start, n_k)
-    clients = _clients(lambda d, s: strategy.client_start(s, d.n_samples), data, mode, start)
+    clients.start(strategy, start)
     params, history, previous, converged, messages = start, [], None, False, None
     calm = np.zeros(K, dtype=bool)  # clients heard since the stopping rule last failed
-    bound = 1e8 * (1.0 + np.abs(data.X).max() + (0.0 if data.y is None else np.abs(data.y).max()))
-    step = lambda d, s, b: strategy.client_step(family, d, s, b)  # noqa: E731
+    bound = 1e8 * (1.0 + clients.data_scale)
     # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(1, max_iter + 1):
             mask = None if participation is None else participation(t, K)
-            mask = np.ones(K, dtype=bool) if mask is None else mask
-            heard = np.flatnonzero(mask)
-            if mask.all():
-                messages, clients = _clients(step, data, mode, clients, broadcast)
+            asked = None if mask is None or mask.all() else np.flatnonzero(mask)
+            if asked is None or asked.size:
+                replies, heard = clients.step(strategy, broadcast, asked)
+            else:
+                replies, heard = None, asked
+            everyone = heard.size == K
+            if everyone:
+                messages = replies
             elif heard.size:
-                replies, states = _clients(step, data.clients(heard), mode, take(clients, heard),
-                                           take(broadcast, heard))
-                messages, clients = put(messages, heard, replies), put(clients, heard, states)
+                if messages is None:
+                    raise RuntimeError("The first round of a run must hear every client: the server has no "
+                                       "earlier message to use for the others.")
+                messages = put(messages, heard, replies)
+            mask = np.zeros(K, dtype=bool)
+            mask[heard] = True
             if t == 1:
                 start_loglik = messages.loglik
             broadcast, server = strategy.server_step(messages, server, t)
@@ -206,7 +204,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
             _check_finite(strategy, new, messages.loglik, t, bound)
             mean_ll = messages.loglik / n_k
             change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
-            sent = (messages, broadcast) if mask.all() else (take(messages, heard), take(broadcast, heard))
+            sent = (messages, broadcast) if everyone else (take(messages, heard), take(broadcast, heard))
             history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
                             **strategy.communication(*sent, server),
                             **strategy.round_info(server)})
@@ -222,7 +220,7 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
                 converged = True
                 break
             previous = mean_ll
-        loglik = _clients(lambda d, p: family.estep(d, p)[0], data, mode, params)
+        loglik = clients.loglik(params)
     _check_finite(strategy, params, loglik, t, bound)
     if strategy.ascent:
         _check_progress(strategy, start_loglik.sum(), loglik.sum())
@@ -240,6 +238,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
     refuse, settles the mixed state with one more pass.
     """
+    data = as_clients(family, data, mode)
     result = run_rounds(strategy, family, data, start, max_iter, tol, mode, progress, participation)
     label = progress.label
     for attempt in itertools.count(1):
@@ -247,7 +246,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
         if proposal is None:
             break
         restart, fresh = proposal
-        restart = restart._replace(weights=fit_weights(family, data, restart, fresh, max_iter, tol))
+        restart = restart._replace(weights=data.fit_weights(restart, fresh, max_iter, tol))
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
         trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode, progress, participation)
         keep = ~fresh | strategy.keep_restart(result, trial)
@@ -276,6 +275,7 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", 
     ``n_iter`` and ``converged`` describe the runs that were kept; the rest
     is the run with the best total.
     """
+    data = as_clients(family, data, mode)
     runs = []
     for i, start in enumerate(starts):
         progress.begin(f"start {i + 1} of {len(starts)}")
@@ -293,27 +293,6 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", 
     return runs[best_total]._replace(params=params, n_iter=max(r.n_iter for r in kept),
                                      converged=all(r.converged for r in kept), loglik=loglik[choice, clients],
                                      start=best_total)
-
-
-def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
-    """EM on the mixing proportions only, the components fixed (FedEM Sec. 2.2 / 3.2).
-
-    Client-side only: updates ``w = N / n_k`` for the clients in ``clients``
-    (a boolean mask; all by default) until no client's mean log-likelihood per
-    sample changes by ``tol``. Used to personalize a new client, and to give a
-    client restarted from the consensus proportions that fit its data.
-    """
-    n_k = data.n_samples
-    clients = np.ones(data.n_clients, dtype=bool) if clients is None else clients
-    previous = None
-    for _ in range(max_iter):
-        loglik, stats = family.estep(data, params)
-        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
-        mean_ll = loglik / n_k
-        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
-            break
-        previous = mean_ll
-    return params.weights
 
 
 def _check_progress(strategy, before, after):

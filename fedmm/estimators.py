@@ -23,8 +23,9 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
-from .data import FederatedData
-from .engine import Participation, Progress, fit_restarts, fit_weights
+from .data import FederatedData, check_components
+from .clients import LocalClients, fit_weights
+from .engine import Participation, Progress, fit_restarts
 from .families import GaussianFamily, MixtureParams, RegressionFamily
 from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
@@ -171,23 +172,27 @@ class _FederatedMixture(BaseEstimator, ABC):
         self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
+        if data.feature_names is not None:
+            self.feature_names_in_ = data.feature_names
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        return self._fit_clients(family, LocalClients(family, data), data.client_ids, data.n_features)
+
+    def _fit_clients(self, family, clients, client_ids, n_features):
+        """The fit, talking to the clients only through ``clients`` (:mod:`fedmm.clients`; across separate
+        parties :mod:`fedmm.flower`), which hold their data in the data's own units."""
         rng = check_random_state(self.random_state)
         options = self._strategy_options(rng)
         auto = options.get("penalty") == "auto"
         if auto:
             options["penalty"] = "paper"
         strategy = make_strategy(self.method, **options)
-        data.check_components(self.n_components, per_client=strategy.per_client)
-        self.n_features_in_ = data.n_features
-        if data.feature_names is not None:
-            self.feature_names_in_ = data.feature_names
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
+        check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
+        self.n_features_in_ = n_features
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
-        units = family.units(pooled_moments(data))
-        data = units.transform(data)
-        data = data.with_X(family.design(data.X))
-        user = self._user_start(family, units, data.n_clients, self.n_features_in_)
+        units = family.units(clients.moments())
+        clients.set_units(units)
+        user = self._user_start(family, units, clients.n_clients, self.n_features_in_)
         jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         self.penalty_selection_ = None
         if auto:
@@ -199,27 +204,31 @@ class _FederatedMixture(BaseEstimator, ABC):
                 if not train_starts:  # one set of starts for every C: the comparison is paired
                     train_starts.extend(self._starts(family, train, candidate, rng, user))
                 return self._estimate(family, train, candidate, rng, user, train_starts)[0].params
-            best, self.penalty_selection_ = select_penalty(fit_with, family, data, PENALTY_GRID, HOLDOUT, TRIM, rng)
+            rows = getattr(clients, "data", None)
+            if rows is None:
+                raise ValueError("penalty='auto' splits every client's rows into training and held-out parts in "
+                                 "this process; across separate parties give a penalty (e.g. 'paper').")
+            best, self.penalty_selection_ = select_penalty(fit_with, family, rows, PENALTY_GRID, HOLDOUT, TRIM, rng)
             options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
             strategy = make_strategy(self.method, **options)
 
         progress = Progress(self.verbose, self.verbose_interval, jacobian)
-        result, alignment = self._estimate(family, data, strategy, rng, user, progress=progress)
+        result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress)
         params = family.to_original(result.params, units)
 
         self._family = family
-        self.n_clients_ = data.n_clients
-        self.client_ids_ = data.client_ids
+        self.n_clients_ = clients.n_clients
+        self.client_ids_ = client_ids
         self.params_ = params
         self.weights_ = params.weights
         self.alignment_ = alignment
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
         self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
-        self.log_likelihood_ = result.loglik / data.n_samples + jacobian
-        self.lower_bound_ = result.loglik.sum() / data.n_samples.sum() + jacobian
+        self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
+        self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
         self._set_center(family, params, strategy.center(result.diagnostics), units)
-        for name, value in strategy.fitted_attributes(result, self.client_ids_, data.n_samples).items():
+        for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
         if not self.converged_:

@@ -44,7 +44,8 @@ import numpy as np
 from .alignment import align
 from .algorithms._base import em_update
 from .algorithms.local import LocalEM
-from .engine import fit_restarts, fit_weights
+from .clients import as_clients, fit_weights
+from .engine import fit_restarts
 from .families import MixtureParams, pool_stats
 from .families._base import one_hot
 from .tuning import TRIM, first_best, kept_clients
@@ -53,44 +54,60 @@ INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-l
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
-__all__ = ["INITS", "make_starts", "align_params", "family_start", "common_start", "user_start",
-           "local_em_start", "trimmed_pooled_start"]
+__all__ = ["INITS", "make_starts", "align_params", "pooled_family_start", "client_family_starts", "common_start",
+           "user_start", "local_em_start", "trimmed_pooled_start"]
+#: Starts that need the rows of several clients in one place (k-means on pooled rows).
+POOLING_INITS = ("trimmed-pooled", "pooled-and-local")
 
 
-def family_start(family, data, n_components, random_state, pooled):
-    """The family's starting responsibilities, then one M-step (per client, or on the pooled data)."""
-    if pooled:
-        resp = family.initial_resp(data.X, data.y, n_components, random_state)
-        stats = pool_stats(family.stats_from_resp(data, resp))
-        return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
-    _check_clients_can_start(data, n_components)
-    resp = np.concatenate([family.initial_resp(*data.client(k), n_components, random_state)
-                           for k in range(data.n_clients)])
-    return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
+def pooled_family_start(family, data, n_components, random_state):
+    """The family's starting responsibilities on the pooled rows, then one M-step, broadcast to every client."""
+    resp = family.initial_resp(data.X, data.y, n_components, random_state)
+    stats = pool_stats(family.stats_from_resp(data, resp))
+    return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
 
 
-def _check_clients_can_start(data, n_components):
-    small = np.flatnonzero(data.n_samples < n_components)
+def client_family_starts(clients, n_components, random_state):
+    """Every client's own family start (:func:`fedmm.clients.client_family_start`), from a seed per client."""
+    _check_clients_can_start(clients.n_samples, n_components)
+    return clients.family_starts(_seeds(random_state, clients.n_clients), n_components)
+
+
+def _seeds(random_state, size):
+    return random_state.randint(np.iinfo(np.int32).max, size=size)
+
+
+def _rows(clients, what):
+    """The clients' rows in this process, for starts that pool rows; a clear error across separate parties."""
+    data = getattr(clients, "data", None)
+    if data is None:
+        raise ValueError(f"{what} pools the rows of several clients (k-means on them), which separate parties "
+                         "cannot do; use init='local-em' or 'common', or give initial values (weights_init and "
+                         "means_init / coef_init).")
+    return data
+
+
+def _check_clients_can_start(n_samples, n_components):
+    small = np.flatnonzero(n_samples < n_components)
     if small.size:
         k = small[0]
-        raise ValueError(f"client {k} has {data.n_samples[k]} samples, fewer than n_components={n_components}, so it "
+        raise ValueError(f"client {k} has {n_samples[k]} samples, fewer than n_components={n_components}, so it "
                          "cannot make its own start (init='family' or 'local-em' start every client from its own "
                          "data); use init='common', or give initial values (weights_init and means_init / coef_init).")
 
 
-def common_start(family, data, n_components, random_state):
+def common_start(clients, n_components, random_state):
     """One client's family start, broadcast to every client with uniform proportions.
 
     The client is drawn at random among those with at least ``n_components`` samples.
     """
-    eligible = np.flatnonzero(data.n_samples >= n_components)
+    n_k = clients.n_samples
+    eligible = np.flatnonzero(n_k >= n_components)
     if eligible.size == 0:
         raise ValueError(f"init='common' needs a client with at least n_components={n_components} samples to draw "
                          "the start from; give initial values (weights_init and means_init / coef_init) instead.")
     k = eligible[random_state.randint(eligible.size)]
-    one = data.client_data(k)
-    resp = family.initial_resp(one.X, one.y, n_components, random_state)
-    start = em_update(family, family.stats_from_resp(one, resp), one.n_samples).broadcast(data.n_clients)
+    start = clients.family_starts(_seeds(random_state, 1), n_components, which=[k]).broadcast(len(n_k))
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
 
 
@@ -160,7 +177,7 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
         subset = data.select([np.arange(data.offsets[k], data.offsets[k + 1]) for k in half], data.client_ids[half])
         if subset.n_samples.sum() < n_components:
             subset = data
-        start = family_start(family, subset, n_components, random_state, pooled=True).take([0]).broadcast(K)
+        start = pooled_family_start(family, subset, n_components, random_state).take([0]).broadcast(K)
         candidates.append(concentrate(start, CANDIDATE_STEPS))
     best = candidates[first_best([score for _, score in candidates])][0]
     best, _ = concentrate(best, max_iter)
@@ -173,10 +190,10 @@ def align_params(params, method, random_state):
     return params.permute(alignment.perms), alignment
 
 
-def local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state):
+def local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
     """Local EM on every client (best of ``n_init`` per client), aligned across clients."""
-    starts = [family_start(family, data, n_components, random_state, pooled=False) for _ in range(n_init)]
-    local = fit_restarts(LocalEM(), family, data, starts, max_iter, tol).params
+    starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
+    local = fit_restarts(LocalEM(), family, clients, starts, max_iter, tol).params
     return _aligned(local, alignment, random_state)
 
 
@@ -190,6 +207,9 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
 
     Parameters
     ----------
+    data : FederatedData or a transport of clients (:mod:`fedmm.clients`)
+        Across separate parties (:mod:`fedmm.flower`) every start but those that pool rows
+        (``"trimmed-pooled"``, ``"pooled-and-local"``, and ``"family"`` for shared methods) works.
     user : tuple (weights, theta), optional
         User-supplied start; overrides ``init``.
 
@@ -197,8 +217,9 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     -------
     list of (MixtureParams, Alignment or None)
     """
+    clients = as_clients(family, data)
     if user is not None:
-        return [(user_start(family, data, *user), None)]
+        return [(clients.user_start(*user), None)]
     if init not in INITS:
         raise ValueError(f"Unknown init {init!r}; choose one of {INITS}.")
     init = algorithm.default_init if init == "auto" else init
@@ -206,17 +227,21 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         if algorithm.shared:
             raise ValueError("init='local-em' gives every client its own start, but this method shares one "
                              "estimate across clients; use init='family' or 'common'.")
-        return [local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state)]
+        return [local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state)]
     if init == "common":
-        return [(common_start(family, data, n_components, random_state), None) for _ in range(n_init)]
-    if init in ("trimmed-pooled", "pooled-and-local"):
-        starts = [(trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, random_state), None)]
-        if init == "pooled-and-local" and data.n_samples.min() >= n_components and data.n_clients > 1:
-            starts.append(local_em_start(family, data, n_components, n_init, max_iter, tol, alignment, random_state))
+        return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
+    if init in POOLING_INITS:
+        rows = _rows(clients, f"init={init!r}")
+        starts = [(trimmed_pooled_start(family, rows, n_components, n_init, max_iter, tol, random_state), None)]
+        if init == "pooled-and-local" and rows.n_samples.min() >= n_components and rows.n_clients > 1:
+            starts.append(local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment,
+                                         random_state))
         return starts
-    starts = [family_start(family, data, n_components, random_state, pooled=algorithm.shared)
-              for _ in range(n_init)]
-    if algorithm.per_client or algorithm.shared:
+    if algorithm.shared:
+        rows = _rows(clients, "init='family' for a method that shares one estimate")
+        return [(pooled_family_start(family, rows, n_components, random_state), None) for _ in range(n_init)]
+    starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
+    if algorithm.per_client:
         return [(start, None) for start in starts]
     return [_aligned(start, alignment, random_state) for start in starts]
 

@@ -1,0 +1,149 @@
+"""The clients' side of a fit in this process: what the engine asks of clients, run on their own rows.
+
+The round engine (:mod:`fedmm.engine`) and the starts (:mod:`fedmm.initialization`) talk to clients
+only through a transport with :class:`LocalClients`'s methods, so the same server code runs clients in
+this process (here) or across real parties (:mod:`fedmm.flower`). Everything here sees one client's
+data at a time (or, batched, several clients' side by side, each computed on alone).
+"""
+
+import numpy as np
+
+from .algorithms._base import em_update
+from .protocol import put, stack, take
+
+__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_start"]
+
+MODES = ("batched", "per-client")
+
+
+def client_family_start(family, data, n_components, seed):
+    """One client's start from its own data and seed: the family's starting responsibilities
+    (k-means for Gaussians, a random partition for regressions), then one M-step.
+
+    A seed per client (drawn by the server from ``random_state``) rather than one generator passed
+    from client to client: a client's start then depends on its own data only, as it must when the
+    clients are separate parties.
+    """
+    resp = family.initial_resp(data.X, data.y, n_components, np.random.RandomState(seed))
+    return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
+
+
+def _clients(fn, data, mode, *trees):
+    """``fn(data, *trees)`` for all clients at once, or client by client with the results stacked."""
+    if mode == "batched":
+        return fn(data, *trees)
+    replies = [fn(data.client_data(k), *(take(t, k) for t in trees)) for k in range(data.n_clients)]
+    if type(replies[0]) is tuple:  # several results (a plain tuple, not a message): stack each
+        return tuple(stack(list(part)) for part in zip(*replies))
+    return stack(replies)
+
+
+class LocalClients:
+    """Clients whose data are in this process: what the engine asks of clients, run on their rows.
+
+    The engine talks to clients only through this interface (``start``, ``step``, ``loglik``,
+    ``fit_weights``, ``n_samples``, ``data_scale``), so another transport with the same methods runs the
+    same fit across real parties (:mod:`fedmm.flower`). Each client keeps its
+    :class:`~fedmm.protocol.ClientState` between rounds, here in one stacked tree.
+
+    Parameters
+    ----------
+    family : Family
+    data : FederatedData
+    mode : {"batched", "per-client"}
+        One ``client_step`` over the contiguous array (the fast path), or one per client on its own rows.
+    """
+
+    def __init__(self, family, data, mode="batched"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+        self.family, self.data, self.mode = family, data, mode
+        self.states = None
+
+    @property
+    def n_samples(self):
+        """(K,) the clients' sample sizes."""
+        return self.data.n_samples
+
+    @property
+    def n_clients(self):
+        return self.data.n_clients
+
+    @property
+    def data_scale(self):
+        """The largest absolute value in any client's data (features or response): the divergence check's unit."""
+        return np.abs(self.data.X).max() + (0.0 if self.data.y is None else np.abs(self.data.y).max())
+
+    def start(self, strategy, params):
+        """Every client takes its state from the start ``params`` (``strategy.client_start``)."""
+        self.states = _clients(lambda d, p: strategy.client_start(p, d.n_samples), self.data, self.mode, params)
+
+    def step(self, strategy, broadcast, heard=None):
+        """The messages of the clients ``heard`` (index array; None: all) to their rows of ``broadcast``.
+
+        Returns ``(messages, replied)``: the replies stacked, and the clients they came from, in order (in
+        process every client asked replies).
+        """
+        step = lambda d, s, b: strategy.client_step(self.family, d, s, b)  # noqa: E731
+        if heard is None:
+            messages, self.states = _clients(step, self.data, self.mode, self.states, broadcast)
+            return messages, np.arange(self.n_clients)
+        messages, states = _clients(step, self.data.clients(heard), self.mode, take(self.states, heard),
+                                    take(broadcast, heard))
+        self.states = put(self.states, heard, states)
+        return messages, heard
+
+    def loglik(self, params):
+        """(K,) every client's log-likelihood at its row of ``params``."""
+        return _clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params)
+
+    def moments(self):
+        """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
+        from .units import pooled_moments
+        return pooled_moments(self.data)
+
+    def set_units(self, units):
+        """Every client moves its data into the fit's standard units and the family's design."""
+        data = units.transform(self.data)
+        self.data = data.with_X(self.family.design(data.X))
+
+    def family_starts(self, seeds, n_components, which=None):
+        """Each client's :func:`client_family_start` from its seed (``which``: those clients only)."""
+        index = np.arange(self.n_clients) if which is None else np.asarray(which)
+        return stack([client_family_start(self.family, self.data.client_data(k), n_components, seed)
+                      for k, seed in zip(index, seeds)])
+
+    def user_start(self, weights, theta):
+        """The start from given parameters, its variances fitted by each client (:func:`fedmm.initialization.user_start`)."""
+        from .initialization import user_start
+        return user_start(self.family, self.data, weights, theta)
+
+    def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
+        """The clients ``which`` (bool mask) refit their proportions to ``params`` (:func:`fit_weights`)."""
+        return fit_weights(self.family, self.data, params, which, max_iter, tol)
+
+
+def as_clients(family, data, mode="batched"):
+    """``data`` itself when it is a transport of clients, else :class:`LocalClients` over it."""
+    return data if hasattr(data, "step") else LocalClients(family, data, mode)
+
+
+def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
+    """EM on the mixing proportions only, the components fixed (FedEM Sec. 2.2 / 3.2).
+
+    Client-side only: updates ``w = N / n_k`` for the clients in ``clients``
+    (a boolean mask; all by default) until no client's mean log-likelihood per
+    sample changes by ``tol``. Used to personalize a new client, and to give a
+    client restarted from the consensus proportions that fit its data.
+    """
+    n_k = data.n_samples
+    clients = np.ones(data.n_clients, dtype=bool) if clients is None else clients
+    previous = None
+    for _ in range(max_iter):
+        loglik, stats = family.estep(data, params)
+        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
+        mean_ll = loglik / n_k
+        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
+            break
+        previous = mean_ll
+    return params.weights
