@@ -132,18 +132,21 @@ def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
     """EM on the mixing proportions only, the components fixed (FedEM Sec. 2.2 / 3.2).
 
     Client-side only: updates ``w = N / n_k`` for the clients in ``clients``
-    (a boolean mask; all by default) until no client's mean log-likelihood per
-    sample changes by ``tol``. Used to personalize a new client, and to give a
+    (a boolean mask; all by default), each until its own mean log-likelihood
+    per sample changes by less than ``tol`` (so a client's answer does not
+    depend on the others'). Used to personalize a new client, and to give a
     client restarted from the consensus proportions that fit its data.
     """
     n_k = data.n_samples
-    clients = np.ones(data.n_clients, dtype=bool) if clients is None else clients
+    active = np.ones(data.n_clients, dtype=bool) if clients is None else np.array(clients, dtype=bool)
     previous = None
     for _ in range(max_iter):
-        loglik, stats = family.estep(data, params)
-        params = params._replace(weights=np.where(clients[:, None], stats.N / n_k[:, None], params.weights))
-        mean_ll = loglik / n_k
-        if previous is not None and np.max(np.abs(mean_ll - previous)[clients]) < tol:
+        if not active.any():
             break
+        loglik, stats = family.estep(data, params)
+        params = params._replace(weights=np.where(active[:, None], stats.N / n_k[:, None], params.weights))
+        mean_ll = loglik / n_k
+        if previous is not None:
+            active &= np.abs(mean_ll - previous) >= tol
         previous = mean_ll
     return params.weights

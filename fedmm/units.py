@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Units", "Moments", "pooled_moments"]
+__all__ = ["Units", "Moments", "pooled_moments", "client_sums", "moments_from_sums"]
 
 
 class Moments(NamedTuple):
@@ -56,14 +56,28 @@ class Moments(NamedTuple):
     y_second: float | None
 
 
-def pooled_moments(data):
-    """The pooled moments: what the server gets by adding every client's sums (``n_k``, ``sum x``,
-    ``sum x x^T``, ``sum y``, ``sum y^2``); in-process the sums over the contiguous array are the same."""
-    n = len(data.X)
-    y_mean = y_second = None
+def client_sums(data):
+    """One client's sums ``{"n", "sum_x", "sum_xx"[, "sum_y", "sum_yy"]}``: what it sends for the moments."""
+    sums = {"n": np.array([float(len(data.X))]), "sum_x": data.X.sum(axis=0), "sum_xx": data.X.T @ data.X}
     if data.y is not None:
-        y_mean, y_second = float(data.y.sum() / n), float(data.y @ data.y / n)
-    return Moments(data.X.sum(axis=0) / n, data.X.T @ data.X / n, y_mean, y_second)
+        sums.update(sum_y=np.array([data.y.sum()]), sum_yy=np.array([data.y @ data.y]))
+    return sums
+
+
+def moments_from_sums(sums):
+    """The pooled moments from the clients' :func:`client_sums`, added in client order (the server's
+    arithmetic, so in-process and remote fits see the same numbers to the last bit)."""
+    total = {key: sum(s[key] for s in sums) for key in sums[0]}
+    n = total["n"][0]
+    y_mean = y_second = None
+    if "sum_y" in total:
+        y_mean, y_second = float(total["sum_y"][0] / n), float(total["sum_yy"][0] / n)
+    return Moments(total["sum_x"] / n, total["sum_xx"] / n, y_mean, y_second)
+
+
+def pooled_moments(data):
+    """The pooled moments: every client's :func:`client_sums`, added by :func:`moments_from_sums`."""
+    return moments_from_sums([client_sums(data.client_data(k)) for k in range(data.n_clients)])
 
 
 class Units(NamedTuple):

@@ -1,0 +1,207 @@
+"""The client side: a Flower ``ClientApp`` that answers fedmm's queries from its own data.
+
+The client holds its rows; the server sends parameters and receives :mod:`fedmm.protocol`'s messages
+(parameters, sizes, log-likelihoods, responsibility-weighted sums), never rows. What a client keeps
+between queries (its model's settings, the fit's units, its :class:`~fedmm.protocol.ClientState`)
+lives in Flower's per-node ``context.state``.
+
+Queries (message type ``query.<action>``):
+
+==============  =====================================================  ==============================
+action          the server sends                                       the client replies
+==============  =====================================================  ==============================
+``hello``       the estimator's class and settings                     ``n``, sums of ``x``, ``x x^T``
+                                                                       (and ``y``, ``y^2``)
+``units``       the fit's standard units (:class:`fedmm.units.Units`)  the largest absolute value
+``family_start``  a seed, ``n_components``                             its own start's parameters
+``user_start``  given weights and parameters                           them, with its variances
+``start``       a start's parameters, the method and its client        nothing
+                options
+``step``        its row of the :class:`~fedmm.protocol.Broadcast`      its :class:`~fedmm.protocol.ClientMessage`
+``loglik``      parameters                                             its log-likelihood
+``fit_weights``  parameters, whether to refit, ``max_iter``, ``tol``   its mixing proportions
+==============  =====================================================  ==============================
+
+Every reply echoes the query's ``tag``, so the server can tell a reply to this query from a stale one.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.clientapp import ClientApp
+
+from .. import estimators
+from ..algorithms import make_strategy
+from ..clients import client_family_start, fit_weights
+from ..data import FederatedData
+from ..families import MixtureParams
+from ..initialization import user_start
+from ..kernels import resolve_backend
+from ..protocol import Broadcast, ClientState
+from ..units import Units, client_sums
+from .codec import arrays, config, encode, flatten, unflatten
+
+__all__ = ["client_app", "load_from_config", "ESTIMATORS"]
+
+#: The estimators a server may ask a client to build (by class name).
+ESTIMATORS = {cls.__name__: cls for cls in (estimators.FederatedGaussianMixture,
+                                            estimators.FederatedMixtureRegression)}
+
+
+def load_from_config(context):
+    """``(X, y)`` from the file the node's config names: ``data-path`` in the node config, or
+    ``data-dir`` in the run config with ``client-<partition-id>`` in it. ``.npz`` holds ``X`` (and
+    ``y``); ``.npy`` is ``X``; ``.csv`` is numbers with a header line, ``y`` the column the run config
+    names in ``y-column`` (none for Gaussian mixtures)."""
+    path = context.node_config.get("data-path")
+    if path is None:
+        if "data-dir" not in context.run_config or "partition-id" not in context.node_config:
+            raise ValueError("This node has no data: set data-path in its node config, or data-dir in the run "
+                             "config and partition-id in the node config.")
+        folder = Path(str(context.run_config["data-dir"]))
+        matches = sorted(folder.glob(f"client-{context.node_config['partition-id']}.*"))
+        if not matches:
+            raise FileNotFoundError(f"No client-{context.node_config['partition-id']}.npz/.npy/.csv in {folder}.")
+        path = matches[0]
+    path = Path(str(path))
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            return f["X"], (f["y"] if "y" in f else None)
+    if path.suffix == ".npy":
+        return np.load(path), None
+    table = np.genfromtxt(path, delimiter=",", names=True)
+    names = list(table.dtype.names)
+    y_column = context.run_config.get("y-column")
+    X = np.column_stack([table[n] for n in names if n != y_column])
+    return X, (None if y_column is None else table[y_column])
+
+
+def client_app(load=None):
+    """The ``ClientApp`` of a fedmm client.
+
+    Parameters
+    ----------
+    load : callable, optional
+        ``load(context) -> (X, y)``: this client's rows (``y`` None for Gaussian mixtures). By default
+        :func:`load_from_config`.
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+    """
+    load = load or load_from_config
+    app = ClientApp()
+
+    def handler(action, answer):
+        def handle(message, context):
+            request = config(message.content)
+            reply = answer(message, context, request)
+            # Every number travels as float64 (sizes too: the server checks they are integers).
+            reply = {k: np.asarray(v, dtype=np.float64) for k, v in reply.items()}
+            return Message(encode(reply, tag=request.get("tag", "")), reply_to=message)
+        app.query(action)(handle)
+
+    handler("hello", _hello(load))
+    for action, answer in _ANSWERS.items():
+        handler(action, _with_session(load, answer))
+    return app
+
+
+def _hello(load):
+    def answer(message, context, request):
+        cls = ESTIMATORS[request["estimator"]]
+        context.state["fedmm.model"] = ConfigRecord({"estimator": request["estimator"], "params": request["params"]})
+        est = cls(**json.loads(request["params"]))
+        return client_sums(_read(load, context, est))
+    return answer
+
+
+def _read(load, context, est):
+    X, y = load(context)
+    return FederatedData.from_input([X], None if y is None else [y], require_y=est._family_class.needs_y)
+
+
+class _Session:
+    """A client's view of the fit: its family, its rows in the fit's units, its saved state."""
+
+    def __init__(self, load, context):
+        self.load = load
+        model = context.state["fedmm.model"]
+        est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
+        data = _read(load, context, est)
+        self.family = est._make_family(resolve_backend(est.backend, data.X.shape[0]))
+        self.context = context
+        if "fedmm.units" in context.state:
+            units = unflatten(Units, {k: v.numpy() for k, v in context.state["fedmm.units"].items()})
+            data = units.transform(data)
+            data = data.with_X(self.family.design(data.X))
+        self.data = data
+
+    def state(self):
+        saved = {k: v.numpy() for k, v in self.context.state["fedmm.state"].items()}
+        return ClientState(unflatten(MixtureParams, saved, "params."), saved["w0"])
+
+    def save(self, state):
+        self.context.state["fedmm.state"] = _record(flatten(state._replace(prior=None)))
+
+    def strategy(self):
+        s = self.context.state["fedmm.strategy"]
+        return make_strategy(s["method"], **json.loads(s["options"]))
+
+
+def _record(values):
+    return encode(values)["arrays"]
+
+
+def _with_session(load, answer):
+    def handle(message, context, request):
+        return answer(_Session(load, context), arrays(message.content), request)
+    return handle
+
+
+def _units(session, values, request):
+    session.context.state["fedmm.units"] = _record(values)
+    session = _Session(session.load, session.context)
+    y = session.data.y
+    return {"scale": np.array([np.abs(session.data.X).max() + (0.0 if y is None else np.abs(y).max())])}
+
+
+def _family_start(session, values, request):
+    return flatten(client_family_start(session.family, session.data, int(request["n_components"]),
+                                       int(request["seed"])))
+
+
+def _user_start(session, values, request):
+    return flatten(user_start(session.family, session.data, values["weights"], values["theta"]))
+
+
+def _start(session, values, request):
+    session.context.state["fedmm.strategy"] = ConfigRecord({"method": request["method"],
+                                                            "options": request["options"]})
+    params = unflatten(MixtureParams, values)
+    session.save(session.strategy().client_start(params, session.data.n_samples))
+    return {}
+
+
+def _step(session, values, request):
+    message, state = session.strategy().client_step(session.family, session.data, session.state(),
+                                                    Broadcast(unflatten(MixtureParams, values)))
+    session.save(state)
+    return flatten(message)
+
+
+def _loglik(session, values, request):
+    return {"loglik": session.family.estep(session.data, unflatten(MixtureParams, values))[0]}
+
+
+def _fit_weights(session, values, request):
+    params = unflatten(MixtureParams, values)
+    which = values["which"].astype(bool)
+    return {"weights": fit_weights(session.family, session.data, params, which, int(request["max_iter"]),
+                                   float(request["tol"]))}
+
+
+_ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,
+            "step": _step, "loglik": _loglik, "fit_weights": _fit_weights}

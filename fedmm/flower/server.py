@@ -1,0 +1,337 @@
+"""The server side: fedmm's engine over Flower's ``Grid``, trusting no reply.
+
+:class:`FlowerClients` is a transport with the methods of :class:`fedmm.clients.LocalClients`, so the
+estimator's own fit (units, starts, rounds, restarts) runs unchanged across separate parties
+(:func:`fit`). Every reply is checked before the fit sees it: its tag (a reply to an earlier query is
+stale), the exact set of arrays, their dtype (float64) and shapes, finiteness, and what the protocol
+promises (a size that is the client's positive integer ``n_k``, proportions on the simplex, positive
+variances, statistics that sum to ``n_k``). A reply that fails, an error the client raised, and a
+client that does not answer within ``timeout`` are logged with the node id (logger
+``"fedmm.flower"``; also in :attr:`FlowerClients.rejections`):
+
+- in a round after a run's first, the client is not heard that round, and the server uses its last
+  message (as with partial participation, :class:`fedmm.engine.Participation`); fewer than
+  ``min_clients`` replies fail the round with an error;
+- in any other query (its data's sums, its start, a run's first round, where no earlier message
+  stands in for it) the client is left out of the federation and :func:`fit` starts again without it.
+"""
+
+import json
+import logging
+from typing import NamedTuple
+
+import numpy as np
+from flwr.app import Message
+
+from ..algorithms import METHODS, GradientStrategy
+from ..clients import client_family_start
+from ..data import FederatedData
+from ..kernels import resolve_backend
+from ..families import MixtureParams
+from ..protocol import ClientMessage, stack, take
+from ..units import moments_from_sums
+from .codec import arrays, config, encode, flatten, unflatten
+
+__all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
+
+log = logging.getLogger("fedmm.flower")
+
+
+class Rejection(NamedTuple):
+    """One reply the server did not use: the node, the query (``action``), and why."""
+
+    node: int
+    action: str
+    reason: str
+
+
+class ClientsRejected(RuntimeError):
+    """Clients failed a query that every client must answer; :func:`fit` goes on without them."""
+
+    def __init__(self, rejections):
+        self.nodes = sorted({r.node for r in rejections})
+        super().__init__("; ".join(f"node {r.node} ({r.action}): {r.reason}" for r in rejections))
+
+
+def fit(estimator, grid, *, timeout=None, min_clients=1):
+    """Fit ``estimator`` on the clients behind ``grid``; call it in a ``ServerApp``'s main.
+
+    Parameters
+    ----------
+    estimator : FederatedGaussianMixture or FederatedMixtureRegression
+        Unfitted, with a client-server method (``fedgrem``, ``fedem``, ``pooled-em``, ``pooled-grem``)
+        and a start that separate parties can make (``init="local-em"``, ``"common"``, per-client
+        ``"family"``, or given initial values; starts that pool rows need them in one place).
+    grid : flwr.serverapp.Grid
+    timeout : float, optional
+        Seconds to wait for the replies to one query.
+    min_clients : int
+        The fewest clients a round may hear, and the fewest the federation may keep.
+
+    Returns
+    -------
+    estimator
+        Fitted: ``client_ids_`` are the clients' node ids, in increasing order; ``flower_rejections_``
+        lists every reply the server did not use.
+    """
+    estimator._check_params()
+    if not METHODS[estimator.method].client_server or METHODS[estimator.method].per_client:
+        raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
+                         "fedem, pooled-em or pooled-grem.")
+    nodes = sorted(int(n) for n in grid.get_node_ids())
+    rejections = []
+    while True:
+        if len(nodes) < max(min_clients, 1):
+            raise RuntimeError(f"Only {len(nodes)} client(s) left after rejecting replies (min_clients="
+                               f"{min_clients}): " + "; ".join(f"node {r.node} ({r.action}): {r.reason}"
+                                                               for r in rejections))
+        clients = FlowerClients(grid, nodes, estimator, timeout=timeout, min_clients=min_clients,
+                                rejections=rejections)
+        try:
+            clients.hello()
+            if hasattr(estimator, "feature_names_in_"):
+                del estimator.feature_names_in_
+            estimator._fit_clients(clients.family, clients, np.array(nodes), clients.n_features)
+        except ClientsRejected as error:
+            log.warning("fedmm.flower: starting again without node(s) %s: %s", error.nodes, error)
+            nodes = [n for n in nodes if n not in error.nodes]
+            continue
+        estimator.flower_rejections_ = list(rejections)
+        return estimator
+
+
+class FlowerClients:
+    """The clients behind a Flower ``Grid``, as a transport of :mod:`fedmm.clients` (see the module docstring).
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    nodes : list of int
+        The clients' node ids, in the order the fit numbers them.
+    estimator : the estimator whose model the clients build
+    timeout : float, optional
+    min_clients : int
+    rejections : list, optional
+        Where to record :class:`Rejection`\\ s (a new list by default).
+    """
+
+    def __init__(self, grid, nodes, estimator, *, timeout=None, min_clients=1, rejections=None):
+        self.grid, self.nodes, self.estimator = grid, list(nodes), estimator
+        self.timeout, self.min_clients = timeout, min_clients
+        self.rejections = [] if rejections is None else rejections
+        self._queries = 0
+        self._first_round = True
+        self._template = None
+
+    @property
+    def n_clients(self):
+        return len(self.nodes)
+
+    # --- queries ---------------------------------------------------------------------
+
+    def hello(self):
+        """Every client reads its data and sends its size and sums; the server builds the family."""
+        est = self.estimator
+        settings = json.dumps({k: v for k, v in est.get_params().items()
+                               if v is None or isinstance(v, (bool, int, float, str))})
+        needs_y = est._family_class.needs_y
+        raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings)
+        widths = [v["sum_x"].shape[0] for v in raw.values() if isinstance(v, dict) and "sum_x" in v
+                  and np.ndim(v["sum_x"]) == 1]
+        if not widths:
+            raise ClientsRejected([Rejection(self.nodes[k], "hello", v if isinstance(v, str) else "no sums of x")
+                                   for k, v in raw.items()])
+        d = int(np.bincount(widths).argmax())  # the federation's feature count: most clients'
+        shapes = {"n": (1,), "sum_x": (d,), "sum_xx": (d, d), **({"sum_y": (1,), "sum_yy": (1,)} if needs_y else {})}
+        replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]), required=True)
+        self.n_samples = np.array([int(replies[k]["n"][0]) for k in range(self.n_clients)])
+        self.n_features = d
+        self.family = est._make_family(resolve_backend(est.backend, int(self.n_samples.sum())))
+        self._moments = moments_from_sums([replies[k] for k in range(self.n_clients)])
+
+    def moments(self):
+        return self._moments
+
+    def set_units(self, units):
+        values = flatten(units._replace(y_shift=np.array([units.y_shift]), y_scale=np.array([units.y_scale])))
+        replies = self._ask("units", [values] * self.n_clients,
+                            lambda k, v: _arrays_ok(v, {"scale": (1,)}), required=True)
+        self.data_scale = max(float(v["scale"][0]) for v in replies.values())
+
+    def family_starts(self, seeds, n_components, which=None):
+        index = np.arange(self.n_clients) if which is None else np.asarray(which)
+        params = self._params_template(n_components)
+        replies = self._ask("family_start", [{}] * len(index), self._params_check(params), index,
+                            required=True, config_rows=[{"seed": int(s), "n_components": int(n_components)}
+                                                        for s in seeds])
+        return stack([unflatten(MixtureParams, replies[k]) for k in index])
+
+    def user_start(self, weights, theta):
+        K = self.n_clients
+        theta = np.asarray(theta, dtype=float)
+        theta = np.broadcast_to(theta, (K,) + theta.shape[-2:]) if theta.ndim == 2 else theta
+        R = theta.shape[1]
+        weights = np.full((K, R), 1.0 / R) if weights is None else np.asarray(weights, dtype=float)
+        weights = np.broadcast_to(weights, (K, R)) if weights.ndim == 1 else weights
+        rows = [{"weights": weights[k:k + 1], "theta": theta[k:k + 1]} for k in range(K)]
+        replies = self._ask("user_start", rows, self._params_check(self._params_template(R)), required=True)
+        return stack([unflatten(MixtureParams, replies[k]) for k in range(K)])
+
+    def start(self, strategy, params):
+        name = next(n for n, cls in METHODS.items() if type(strategy) is cls)
+        options = {k: getattr(strategy, k) for k in ("C_eta", "eta_rule")} if isinstance(strategy, GradientStrategy) \
+            else {}
+        rows = [flatten(take(params, k)) for k in range(self.n_clients)]
+        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=name,
+                  options=json.dumps(options))
+        self._sends_stats = strategy.sends_stats
+        self._first_round = True
+
+    def step(self, strategy, broadcast, heard=None):
+        index = np.arange(self.n_clients) if heard is None else np.asarray(heard)
+        R = broadcast.params.weights.shape[1]
+        template = self._message_template(R)
+        rows = [flatten(take(broadcast.params, k)) for k in index]
+        replies = self._ask("step", rows, lambda k, v: self._message_check(k, v, template), index,
+                            required=self._first_round)
+        self._first_round = False
+        replied = np.array(sorted(replies), dtype=int)
+        if replied.size < min(self.min_clients, self.n_clients):
+            raise RuntimeError(f"A round heard {replied.size} client(s), fewer than min_clients={self.min_clients}; "
+                               "see the log (fedmm.flower) for the rejected and missing replies.")
+        messages = stack([unflatten(ClientMessage, replies[k], nested={"stats": self._stats_type}) for k in replied])
+        return messages._replace(n=self.n_samples[replied]), replied
+
+    def loglik(self, params):
+        replies = self._ask("loglik", [flatten(take(params, k)) for k in range(self.n_clients)],
+                            lambda k, v: _arrays_ok(v, {"loglik": (1,)}), required=True)
+        return np.concatenate([replies[k]["loglik"] for k in range(self.n_clients)])
+
+    def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
+        which = np.ones(self.n_clients, dtype=bool) if which is None else which
+        R = params.weights.shape[1]
+        rows = [{**flatten(take(params, k)), "which": np.array([float(which[k])])} for k in range(self.n_clients)]
+        replies = self._ask("fit_weights", rows, lambda k, v: _arrays_ok(v, {"weights": (1, R)})
+                            or _simplex_ok(v["weights"]), required=True, max_iter=int(max_iter), tol=float(tol))
+        return np.concatenate([replies[k]["weights"] for k in range(self.n_clients)])
+
+    # --- what a valid reply looks like -------------------------------------------------
+
+    def _params_template(self, n_components):
+        """Parameters of the right shapes, from a start the server makes on synthetic rows (no client's)."""
+        rng = np.random.RandomState(0)
+        n = 4 * n_components + 4
+        y = [rng.standard_normal(n)] if self.family.needs_y else None
+        dummy = FederatedData.from_input([rng.standard_normal((n, self.n_features))], y,
+                                         require_y=self.family.needs_y)
+        dummy = dummy.with_X(self.family.design(dummy.X))
+        params = client_family_start(self.family, dummy, n_components, 0)
+        self._stats_type = type(self.family.estep(dummy, params)[1])
+        self._template = (params, self.family.estep(dummy, params)[1])
+        return params
+
+    def _message_template(self, R):
+        if self._template is None or self._template[0].weights.shape[1] != R:
+            self._params_template(R)
+        params, stats = self._template
+        shapes = {"n": (1,), "loglik": (1,), **{k: v.shape for k, v in flatten(params).items()}}
+        if self._sends_stats:
+            shapes.update({f"stats.{k}": v.shape for k, v in flatten(stats).items()})
+        return shapes
+
+    def _params_check(self, params):
+        shapes = {k: v.shape for k, v in flatten(params).items()}
+        return lambda k, v: _arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+
+    def _message_check(self, k, v, shapes):
+        problem = _arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+        if problem:
+            return problem
+        if v["n"][0] != self.n_samples[k]:  # also refuses a size that is not an integer
+            return f"n = {v['n'][0]:g}, but this client has {self.n_samples[k]} samples"
+        if "stats.N" in v:
+            N = v["stats.N"]
+            if np.any(N < 0) or abs(N.sum() - self.n_samples[k]) > 1e-6 * self.n_samples[k]:
+                return "its statistics' sizes N are negative or do not sum to its n"
+        return None
+
+    # --- sending ----------------------------------------------------------------------
+
+    def _ask(self, action, rows, check, index=None, *, required, config_rows=None, **settings):
+        """Send ``rows`` to the clients ``index`` (all by default), check the replies: ``{client: arrays}``."""
+        index = np.arange(self.n_clients) if index is None else np.asarray(index)
+        raw = self._send(action, rows, index, config_rows, **settings)
+        return self._check(raw, action, check, required)
+
+    def _send(self, action, rows, index=None, config_rows=None, **settings):
+        """``{client: arrays, or the reason there are none}`` for one query."""
+        index = np.arange(self.n_clients) if index is None else np.asarray(index)
+        self._queries += 1
+        tag = f"{action}-{self._queries}"
+        config_rows = config_rows or [{}] * len(index)
+        messages = [Message(encode(row, tag=tag, **settings, **extra), dst_node_id=self.nodes[k],
+                            message_type=f"query.{action}") for k, row, extra in zip(index, rows, config_rows)]
+        position = {self.nodes[k]: k for k in index}
+        raw = {k: "no reply in time" for k in index}
+        answered = set()
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            node = reply.metadata.src_node_id
+            if node not in position or node in answered:
+                log.warning("fedmm.flower: ignored an unexpected reply from node %s to %s", node, action)
+                continue
+            answered.add(node)
+            k = position[node]
+            if reply.has_error():
+                raw[k] = f"the client raised an error: {reply.error.reason}"
+                continue
+            try:
+                values, echoed = arrays(reply.content), config(reply.content).get("tag")
+            except Exception as error:  # anything a client could put in a record
+                raw[k] = f"malformed reply ({type(error).__name__}: {error})"
+                continue
+            raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
+        return raw
+
+    def _check(self, raw, action, check, required):
+        good, failed = {}, []
+        for k, values in raw.items():
+            reason = values if isinstance(values, str) else check(k, values)
+            if reason:
+                failed.append(Rejection(self.nodes[k], action, reason))
+            else:
+                good[k] = values
+        for r in failed:
+            log.warning("fedmm.flower: rejected node %s's reply to %s: %s", r.node, r.action, r.reason)
+        self.rejections.extend(failed)
+        if failed and required:
+            raise ClientsRejected(failed)
+        return good
+
+
+def _arrays_ok(values, shapes):
+    """Why ``values`` are not exactly the float64 arrays ``shapes`` names, all finite (None when they are)."""
+    if set(values) != set(shapes):
+        return f"arrays {sorted(values)}, expected {sorted(shapes)}"
+    for key, shape in shapes.items():
+        value = values[key]
+        if value.dtype != np.float64:
+            return f"{key} has dtype {value.dtype}, expected float64"
+        if value.shape != tuple(shape):
+            return f"{key} has shape {value.shape}, expected {tuple(shape)}"
+        if not np.all(np.isfinite(value)):
+            return f"{key} has non-finite values"
+    return None
+
+
+def _size_ok(n):
+    return None if n >= 1 and float(n).is_integer() else f"n = {n:g} is not a positive integer"
+
+
+def _simplex_ok(weights):
+    if np.any(weights < 0) or np.any(np.abs(weights.sum(axis=-1) - 1.0) > 1e-6):
+        return "mixing proportions are not on the simplex"
+    return None
+
+
+def _positive(values, name):
+    return None if np.all(values > 0) else f"{name} has values <= 0"

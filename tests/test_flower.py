@@ -1,0 +1,194 @@
+"""fedmm on Flower: the same fit as in one process, and a server that trusts no reply."""
+
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Message  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
+from fedmm.flower import client_app, fit  # noqa: E402
+from fedmm.flower.client import _ANSWERS  # noqa: E402
+from fedmm.flower.codec import arrays, config, encode  # noqa: E402
+from fedmm.flower.testing import LocalGrid  # noqa: E402
+from fedmm.metrics import estimation_errors  # noqa: E402
+from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
+
+ACTIONS = ("hello",) + tuple(_ANSWERS)
+INIT = {"fedgrem": "local-em", "fedem": "common"}
+
+
+def _apps(X, y=None):
+    return [client_app(lambda ctx, k=k: (X[k], None if y is None else y[k])) for k in range(len(X))]
+
+
+def _gmm(K=6, **kwargs):
+    X, truth = make_federated_gmm(K, 120, random_state=0, **kwargs)
+    return X, None, truth
+
+
+def _mor(K=6, **kwargs):
+    X, y, truth = make_federated_mor(K, 150, random_state=0, **kwargs)
+    return X, y, truth
+
+
+def _estimator(y, method, **options):
+    cls = FederatedGaussianMixture if y is None else FederatedMixtureRegression
+    return cls(5, method=method, init=INIT[method], random_state=0, max_iter=200, **options)
+
+
+def _fit_both(X, y, method, apps=None, **options):
+    ref = _estimator(y, method, **options).fit(X, *([] if y is None else [y]))
+    remote = fit(_estimator(y, method, **options), LocalGrid(apps or _apps(X, y)))
+    return ref, remote
+
+
+@pytest.mark.parametrize("model", [_gmm, _mor])
+@pytest.mark.parametrize("method", ["fedgrem", "fedem"])
+def test_a_flower_fit_equals_the_fit_in_one_process(model, method):
+    """Units, starts (local EM and alignment, or one client's start), rounds and restarts through
+    Flower messages give the in-process parameters to 1e-8 (they agree to the last bit here)."""
+    X, y, _ = model(outlier_clients=[5])
+    ref, remote = _fit_both(X, y, method)
+    theta = (lambda e: e.means_) if y is None else (lambda e: e.coef_)
+    np.testing.assert_allclose(theta(remote), theta(ref), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)
+    assert remote.n_iter_ == ref.n_iter_ and remote.flower_rejections_ == []
+    np.testing.assert_array_equal(remote.client_ids_, np.arange(1, 7))
+    # The fitted model predicts for a client, by its node id.
+    args = (X[2],) if y is None else (X[2],)
+    np.testing.assert_array_equal(remote.predict(*args, client=3), ref.predict(*args, client=2))
+
+
+def _tampering(honest, action, tamper, after=0):
+    """A malicious ClientApp: honest, except that its replies to ``action`` after the first ``after`` are
+    passed through ``tamper(values, request_config) -> (values, reply_config)``."""
+    app = ClientApp()
+    seen = {"n": 0}
+
+    def make(act):
+        def handle(message, context):
+            reply = honest(message, context)
+            if act != action:
+                return reply
+            seen["n"] += 1
+            if seen["n"] <= after:
+                return reply
+            values, cfg = tamper(arrays(reply.content), config(reply.content))
+            return Message(encode(values, **cfg), reply_to=message)
+        return handle
+    for act in ACTIONS:
+        app.query(act)(make(act))
+    return app
+
+
+def _set(key, fn):
+    return lambda v, c: ({**v, key: fn(v[key])}, c)
+
+
+BAD_REPLIES = {
+    "non-finite": (_set("theta", lambda t: t * np.nan), "non-finite"),
+    "wrong shape": (_set("theta", lambda t: t[:, :, :-1]), "shape"),
+    "wrong dtype": (_set("theta", lambda t: t.astype(np.float32)), "dtype"),
+    "wrong component count": (_set("weights", lambda w: np.full((1, 4), 0.25)), "shape"),
+    "size not a positive integer": (_set("n", lambda n: n + 0.5), "samples"),
+    "size of another client": (_set("n", lambda n: n * 2), "samples"),
+    "missing array": (lambda v, c: ({k: x for k, x in v.items() if k != "loglik"}, c), "arrays"),
+    "stale reply": (lambda v, c: (v, {**c, "tag": "step-1"}), "stale"),
+    "proportions off the simplex": (_set("weights", lambda w: w * 2), "simplex"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_REPLIES))
+def test_each_malformed_reply_is_rejected_named_and_the_fit_goes_on(kind, caplog):
+    """A client that turns bad after two rounds: its replies are rejected, logged with its node id and
+    the reason, and the rounds go on with its last good message (FedGrEM, GMM). It stays bad, so at the
+    first round of the next run (local EM's starts run first), with no earlier message to stand in,
+    it is left out and the fit starts again without it."""
+    tamper, reason = BAD_REPLIES[kind]
+    X, y, _ = _gmm()
+    apps = _apps(X)
+    apps[3] = _tampering(apps[3], "step", tamper, after=2)
+    with caplog.at_level(logging.WARNING, logger="fedmm.flower"):
+        remote = fit(_estimator(None, "fedgrem", center_restarts=0), LocalGrid(apps))
+    bad = [r for r in remote.flower_rejections_ if r.node == 4]
+    assert bad and all(r.action == "step" and reason in r.reason for r in bad)
+    assert {r.node for r in remote.flower_rejections_} == {4}
+    assert "node 4" in caplog.text and reason in caplog.text
+    assert np.all(np.isfinite(remote.means_))
+    np.testing.assert_array_equal(remote.client_ids_, [1, 2, 3, 5, 6])
+
+
+def test_a_client_that_raises_or_does_not_answer_is_skipped_for_the_round():
+    X, y, _ = _gmm()
+    apps = _apps(X)
+
+    def boom(values, cfg):
+        raise RuntimeError("disk on fire")
+    apps[1] = _tampering(apps[1], "step", boom, after=3)
+    grid = LocalGrid(apps)
+    remote = fit(_estimator(None, "fedgrem", center_restarts=0), grid)
+    assert {(r.node, r.action) for r in remote.flower_rejections_} == {(2, "step")}
+    assert "disk on fire" in remote.flower_rejections_[0].reason
+    grid = LocalGrid(_apps(X))
+    original = grid.send_and_receive
+
+    def drop_node_5_after_round_3(messages, timeout=None):
+        messages = list(messages)
+        drop_node_5_after_round_3.calls += messages[0].metadata.message_type == "query.step"
+        replies = original(messages, timeout=timeout)
+        return [r for r in replies if not (r.metadata.src_node_id == 5 and drop_node_5_after_round_3.calls > 3
+                                           and r.metadata.message_type == "query.step")]
+    drop_node_5_after_round_3.calls = 0
+    grid.send_and_receive = drop_node_5_after_round_3
+    remote = fit(_estimator(None, "fedgrem", center_restarts=0), grid)
+    assert remote.flower_rejections_ and all(r.node == 5 and "no reply" in r.reason
+                                             for r in remote.flower_rejections_)
+
+
+def test_a_client_bad_from_the_start_is_left_out_and_too_few_clients_fail_clearly():
+    """A bad first reply has no earlier message to stand in for it: the client leaves the federation and the
+    fit starts again without it. A round that hears fewer than min_clients fails with an error."""
+    X, y, _ = _gmm()
+    apps = _apps(X)
+    apps[0] = _tampering(apps[0], "hello", _set("sum_x", lambda s: s * np.inf))
+    remote = fit(_estimator(None, "fedgrem"), LocalGrid(apps))
+    np.testing.assert_array_equal(remote.client_ids_, [2, 3, 4, 5, 6])
+    assert remote.flower_rejections_[0].node == 1 and remote.flower_rejections_[0].action == "hello"
+    grid = LocalGrid(_apps(X))
+    for k in range(4):
+        grid.apps[k + 1] = _tampering(grid.apps[k + 1], "step", _set("n", lambda n: -n), after=2)
+    with pytest.raises(RuntimeError, match="fewer than min_clients=3"):
+        fit(_estimator(None, "fedgrem"), grid, min_clients=3)
+
+
+def test_fedgrem_keeps_an_adversarial_client_out_and_fedem_does_not():
+    """One ClientApp sends arbitrary well-formed parameters every round (and statistics to match). The honest
+    clients' FedGrEM error stays within what FedGrEM has in one process with an outlier client; FedEM's
+    does not."""
+    X, y, truth = _gmm(10)
+    honest = np.arange(9)
+    rng = np.random.RandomState(1)
+
+    def arbitrary(values, cfg):
+        theta = 6.0 * rng.standard_normal(values["theta"].shape)
+        out = {**values, "theta": theta}
+        if "stats.Sx" in values:
+            out["stats.Sx"] = values["stats.N"][..., None] * theta
+        return out, cfg
+    errors = {}
+    for method in ("fedgrem", "fedem"):
+        apps = _apps(X)
+        apps[9] = _tampering(apps[9], "step", arbitrary)
+        remote = fit(_estimator(None, method), LocalGrid(apps))
+        errors[method] = estimation_errors(remote.weights_, remote.means_, truth.weights, truth.theta)[1][honest].max()
+    Xo, truth_o = make_federated_gmm(10, 120, random_state=0, outlier_clients=[9])
+    inproc = _estimator(None, "fedgrem").fit(Xo)
+    in_process = estimation_errors(inproc.weights_, inproc.means_, truth_o.weights, truth_o.theta)[1][honest].max()
+    # The local rate sqrt(d / n_r) = sqrt(10 / 24) ~ 0.65 bounds the in-process error's spread.
+    assert errors["fedgrem"] <= in_process + 0.65
+    assert errors["fedem"] > 3 * errors["fedgrem"]
