@@ -138,6 +138,13 @@ def main(argv=None):
                        help="the cluster's scheduler (tcp://host:8786 for Dask, host:6379 or auto for Ray); "
                             "default: a running or new local one")
     p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
+    p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over simulated Flower clients "
+                              "(flwr run; needs the 'flower' extra)")
+    p_flower.add_argument("--clients", type=_number(int, 2), default=10, help="simulated clients (default 10)")
+    p_flower.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
+    p_flower.add_argument("--method", choices=("fedgrem", "fedem", "pooled-grem"), default="fedgrem")
+    p_flower.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
+    p_flower.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
     p_bounds = sub.add_parser("bounds", help="the terms of FedGrEM's error bound and the dominant one")
     p_bounds.add_argument("--model", choices=("gmm", "mor"), default="gmm")
     for name, kind, default, text in [
@@ -168,6 +175,13 @@ def main(argv=None):
         helps, ratio = federation_helps(**setting)
         print(f"federation {'helps' if helps else 'does not help'}: bound / local rate = {ratio:.3g} "
               "(absolute constants 1; see docs/theory.md)")
+        return 0
+    if args.command == "flower-demo":
+        try:
+            from .flower.demo import flower_demo
+        except ImportError as error:
+            parser.error(f"{error}")
+        flower_demo(args.clients, args.samples, args.method, args.out, args.seed)
         return 0
     if args.command == "demo":
         Path(args.out).mkdir(parents=True, exist_ok=True)

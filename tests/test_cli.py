@@ -16,7 +16,8 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     (["simulate", "--h", "-1,0"], "argument --h"), (["simulate", "--reps", "0"], "argument --reps"),
     (["simulate", "--clients", "1"], "argument --clients"), (["simulate", "--outliers", "10"], "argument --outliers"),
     (["simulate", "--methods", "fedavg"], "argument --methods"), (["bounds", "--n", "0"], "argument --n"),
-    (["demo", "--reps", "0"], "argument --reps"), (["bounds", "--eps", "0.7"], "argument --eps"),
+    (["demo", "--reps", "0"], "argument --reps"), (["flower-demo", "--clients", "1"], "argument --clients"),
+    (["flower-demo", "--method", "local-em"], "argument --method"), (["bounds", "--eps", "0.7"], "argument --eps"),
     (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
     (["simulate", "--backend", "spark"], "argument --backend"),
 ])

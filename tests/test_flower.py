@@ -58,10 +58,9 @@ def test_a_flower_fit_equals_the_fit_in_one_process(model, method):
     np.testing.assert_allclose(theta(remote), theta(ref), rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)
     assert remote.n_iter_ == ref.n_iter_ and remote.flower_rejections_ == []
-    np.testing.assert_array_equal(remote.client_ids_, np.arange(1, 7))
-    # The fitted model predicts for a client, by its node id.
-    args = (X[2],) if y is None else (X[2],)
-    np.testing.assert_array_equal(remote.predict(*args, client=3), ref.predict(*args, client=2))
+    # Clients are named (and numbered) by their partition ids, whatever their node ids.
+    np.testing.assert_array_equal(remote.client_ids_, np.arange(6))
+    np.testing.assert_array_equal(remote.predict(X[2], client=2), ref.predict(X[2], client=2))
 
 
 def _tampering(honest, action, tamper, after=0):
@@ -120,7 +119,7 @@ def test_each_malformed_reply_is_rejected_named_and_the_fit_goes_on(kind, caplog
     assert {r.node for r in remote.flower_rejections_} == {4}
     assert "node 4" in caplog.text and reason in caplog.text
     assert np.all(np.isfinite(remote.means_))
-    np.testing.assert_array_equal(remote.client_ids_, [1, 2, 3, 5, 6])
+    np.testing.assert_array_equal(remote.client_ids_, [0, 1, 2, 4, 5])
 
 
 def test_a_client_that_raises_or_does_not_answer_is_skipped_for_the_round():
@@ -157,7 +156,7 @@ def test_a_client_bad_from_the_start_is_left_out_and_too_few_clients_fail_clearl
     apps = _apps(X)
     apps[0] = _tampering(apps[0], "hello", _set("sum_x", lambda s: s * np.inf))
     remote = fit(_estimator(None, "fedgrem"), LocalGrid(apps))
-    np.testing.assert_array_equal(remote.client_ids_, [2, 3, 4, 5, 6])
+    np.testing.assert_array_equal(remote.client_ids_, [1, 2, 3, 4, 5])
     assert remote.flower_rejections_[0].node == 1 and remote.flower_rejections_[0].action == "hello"
     grid = LocalGrid(_apps(X))
     for k in range(4):
@@ -192,3 +191,25 @@ def test_fedgrem_keeps_an_adversarial_client_out_and_fedem_does_not():
     # The local rate sqrt(d / n_r) = sqrt(10 / 24) ~ 0.65 bounds the in-process error's spread.
     assert errors["fedgrem"] <= in_process + 0.65
     assert errors["fedem"] > 3 * errors["fedgrem"]
+
+
+def test_clients_are_ordered_by_their_names_not_their_node_ids():
+    """Node ids are the SuperLink's (random 64-bit numbers in a real run); clients with partition ids are
+    numbered by those, so the fit is the in-process one on the partitions in order."""
+    X, y, _ = _gmm()
+    node_ids = [9_000_000_000 - 7 * k for k in range(6)]   # decreasing: the reverse of the partitions
+    remote = fit(_estimator(None, "fedem"), LocalGrid(_apps(X), node_ids=node_ids))
+    ref = _estimator(None, "fedem").fit(X)
+    np.testing.assert_array_equal(remote.client_ids_, np.arange(6))
+    np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
+
+
+def test_flwr_run_gives_the_in_process_fit(tmp_path, capsys):
+    """flwr's own simulation runtime (``flwr run``, one SuperNode per client on Ray), quick form of
+    ``fedmm flower-demo``: the fitted means equal the in-process ones to 1e-8."""
+    pytest.importorskip("ray")
+    from fedmm.flower.demo import flower_demo
+    remote, local, truth = flower_demo(n_clients=3, n_samples=100, method="fedgrem", workdir=tmp_path)
+    np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(remote.client_ids_, [0, 1, 2])
+    assert "largest difference of the means" in capsys.readouterr().out

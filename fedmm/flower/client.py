@@ -23,6 +23,8 @@ action          the server sends                                       the clien
 ==============  =====================================================  ==============================
 
 Every reply echoes the query's ``tag``, so the server can tell a reply to this query from a stale one.
+The reply to ``hello`` also gives the client's name, ``client-id`` (else ``partition-id``) from its node
+config, when it has one: the server orders the clients by it and reports it in ``client_ids_``.
 """
 
 import json
@@ -100,13 +102,21 @@ def client_app(load=None):
             reply = answer(message, context, request)
             # Every number travels as float64 (sizes too: the server checks they are integers).
             reply = {k: np.asarray(v, dtype=np.float64) for k, v in reply.items()}
-            return Message(encode(reply, tag=request.get("tag", "")), reply_to=message)
+            return Message(encode(reply, tag=request.get("tag", ""), **_name(context, action)), reply_to=message)
         app.query(action)(handle)
 
     handler("hello", _hello(load))
     for action, answer in _ANSWERS.items():
         handler(action, _with_session(load, answer))
     return app
+
+
+def _name(context, action):
+    """The client's name for the server (hello only): ``client-id``, else ``partition-id``, from its node config."""
+    if action != "hello":
+        return {}
+    name = context.node_config.get("client-id", context.node_config.get("partition-id"))
+    return {} if name is None else {"client-id": name}
 
 
 def _hello(load):

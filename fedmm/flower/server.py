@@ -71,8 +71,9 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     Returns
     -------
     estimator
-        Fitted: ``client_ids_`` are the clients' node ids, in increasing order; ``flower_rejections_``
-        lists every reply the server did not use.
+        Fitted: ``client_ids_`` are the clients' names (``client-id`` or ``partition-id`` in their node
+        config) when every client has a distinct one, in their order, else their node ids in increasing
+        order; ``flower_rejections_`` lists every reply the server did not use (by node id).
     """
     estimator._check_params()
     if not METHODS[estimator.method].client_server or METHODS[estimator.method].per_client:
@@ -80,6 +81,7 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
                          "fedem, pooled-em or pooled-grem.")
     nodes = sorted(int(n) for n in grid.get_node_ids())
     rejections = []
+    ordered = False
     while True:
         if len(nodes) < max(min_clients, 1):
             raise RuntimeError(f"Only {len(nodes)} client(s) left after rejecting replies (min_clients="
@@ -89,9 +91,17 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
                                 rejections=rejections)
         try:
             clients.hello()
+            names = [clients.names.get(k) for k in range(len(nodes))]
+            if not ordered and None not in names and len(set(names)) == len(names):
+                # Clients with names (partition ids, site names) are numbered in their order, whatever
+                # node ids the SuperLink gave them: the fit then does not depend on those.
+                order = sorted(range(len(nodes)), key=lambda k: names[k])
+                nodes, ordered = [nodes[k] for k in order], True
+                continue
+            ids = np.array(names if None not in names else nodes)
             if hasattr(estimator, "feature_names_in_"):
                 del estimator.feature_names_in_
-            estimator._fit_clients(clients.family, clients, np.array(nodes), clients.n_features)
+            estimator._fit_clients(clients.family, clients, ids, clients.n_features)
         except ClientsRejected as error:
             log.warning("fedmm.flower: starting again without node(s) %s: %s", error.nodes, error)
             nodes = [n for n in nodes if n not in error.nodes]
@@ -120,6 +130,7 @@ class FlowerClients:
         self.timeout, self.min_clients = timeout, min_clients
         self.rejections = [] if rejections is None else rejections
         self._queries = 0
+        self.names = {}
         self._first_round = True
         self._template = None
 
@@ -290,6 +301,7 @@ class FlowerClients:
                 raw[k] = f"malformed reply ({type(error).__name__}: {error})"
                 continue
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
+            self.names[k] = config(reply.content).get("client-id")
         return raw
 
     def _check(self, raw, action, check, required):

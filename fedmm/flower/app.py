@@ -1,0 +1,56 @@
+"""A ready Flower app: ``ServerApp`` and ``ClientApp`` for ``flwr run`` (``docs/flower.md``).
+
+The project's ``pyproject.toml`` names them::
+
+    [tool.flwr.app.components]
+    serverapp = "fedmm.flower.app:server"
+    clientapp = "fedmm.flower.app:client"
+
+Clients read their rows as :func:`fedmm.flower.client.load_from_config` says. The server fits the
+estimator the run config describes and saves it with joblib at ``out``:
+
+=================  ========================================================  ============
+run config key     meaning                                                   default
+=================  ========================================================  ============
+``model``          ``"gmm"`` (FederatedGaussianMixture) or ``"mor"``         ``"gmm"``
+``n-components``   ``n_components``                                          5
+``method``         a client-server method                                    ``"fedgrem"``
+``init``           a start separate parties can make                         ``"local-em"``
+``random-state``   ``random_state``                                          0
+``settings``       further estimator arguments, as a JSON object              ``"{}"``
+``timeout``        seconds to wait for one query's replies (0: no limit)     0
+``min-clients``    the fewest clients a round may hear                       1
+``out``            where to save the fitted estimator (joblib)               required
+=================  ========================================================  ============
+"""
+
+import json
+
+import joblib
+from flwr.serverapp import ServerApp
+
+from .client import ESTIMATORS, client_app
+from .server import fit
+
+__all__ = ["server", "client", "estimator_from_config"]
+
+MODELS = {"gmm": "FederatedGaussianMixture", "mor": "FederatedMixtureRegression"}
+
+client = client_app()
+server = ServerApp()
+
+
+def estimator_from_config(run_config):
+    """The unfitted estimator a run config describes (the table above)."""
+    cls = ESTIMATORS[MODELS[str(run_config.get("model", "gmm"))]]
+    return cls(int(run_config.get("n-components", 5)), method=str(run_config.get("method", "fedgrem")),
+               init=str(run_config.get("init", "local-em")), random_state=int(run_config.get("random-state", 0)),
+               **json.loads(str(run_config.get("settings", "{}"))))
+
+
+@server.main()
+def main(grid, context):
+    config = context.run_config
+    timeout = float(config.get("timeout", 0)) or None
+    model = fit(estimator_from_config(config), grid, timeout=timeout, min_clients=int(config.get("min-clients", 1)))
+    joblib.dump(model, str(config["out"]))
