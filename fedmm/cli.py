@@ -140,6 +140,7 @@ def main(argv=None):
     p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
     p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over simulated Flower clients "
                               "(flwr run; needs the 'flower' extra)")
+    p_flower.add_argument("--model", choices=("gmm", "mor"), default="gmm")
     p_flower.add_argument("--clients", type=_number(int, 2), default=10, help="simulated clients (default 10)")
     p_flower.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
     p_flower.add_argument("--method", choices=("fedgrem", "fedem", "pooled-grem"), default="fedgrem")
@@ -181,7 +182,7 @@ def main(argv=None):
             from .flower.demo import flower_demo
         except ImportError as error:
             parser.error(f"{error}")
-        flower_demo(args.clients, args.samples, args.method, args.out, args.seed)
+        flower_demo(args.clients, args.samples, args.method, args.out, args.seed, model=args.model)
         return 0
     if args.command == "demo":
         Path(args.out).mkdir(parents=True, exist_ok=True)

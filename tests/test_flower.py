@@ -204,12 +204,28 @@ def test_clients_are_ordered_by_their_names_not_their_node_ids():
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
 
 
-def test_flwr_run_gives_the_in_process_fit(tmp_path, capsys):
+@pytest.mark.parametrize("model, method", [
+    ("gmm", "fedgrem"),
+    pytest.param("gmm", "fedem", marks=pytest.mark.slow),
+    pytest.param("mor", "fedgrem", marks=pytest.mark.slow),
+    pytest.param("mor", "fedem", marks=pytest.mark.slow)])
+def test_flwr_run_gives_the_in_process_fit(model, method, tmp_path, capsys):
     """flwr's own simulation runtime (``flwr run``, one SuperNode per client on Ray), quick form of
-    ``fedmm flower-demo``: the fitted means equal the in-process ones to 1e-8."""
+    ``fedmm flower-demo``: the fitted parameters equal the in-process ones to 1e-8 (the default run
+    checks FedGrEM on Gaussian mixtures; ``-m slow`` the other three)."""
     pytest.importorskip("ray")
     from fedmm.flower.demo import flower_demo
-    remote, local, truth = flower_demo(n_clients=3, n_samples=100, method="fedgrem", workdir=tmp_path)
-    np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-8)
+    remote, local, truth = flower_demo(n_clients=3, n_samples=100 if model == "gmm" else 150, method=method,
+                                       workdir=tmp_path, model=model)
+    theta = (lambda e: e.means_) if model == "gmm" else (lambda e: e.coef_)
+    np.testing.assert_allclose(theta(remote), theta(local), rtol=0, atol=1e-8)
     np.testing.assert_array_equal(remote.client_ids_, [0, 1, 2])
-    assert "largest difference of the means" in capsys.readouterr().out
+    assert "largest difference of the parameters" in capsys.readouterr().out
+
+
+def test_partial_participation_on_flower_equals_it_in_one_process():
+    """The server asks a sample of clients each round and uses the others' last messages, as in one process."""
+    X, y, _ = _mor()
+    ref, remote = _fit_both(X, y, "fedgrem", participation=0.5, dropout=0.2)
+    np.testing.assert_allclose(remote.coef_, ref.coef_, rtol=0, atol=1e-8)
+    assert remote.flower_rejections_ == []

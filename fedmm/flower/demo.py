@@ -1,4 +1,4 @@
-"""``fedmm flower-demo``: the paper's GMM design over simulated Flower clients, through ``flwr run``.
+"""``fedmm flower-demo``: the paper's GMM (or MoR) design over simulated Flower clients, through ``flwr run``.
 
 Writes each client's rows to its own file, a Flower app project that names
 :mod:`fedmm.flower.app`'s ``ServerApp`` and ``ClientApp``, and a Flower configuration with a
@@ -19,7 +19,7 @@ import joblib
 import numpy as np
 
 from ..metrics import estimation_errors
-from ..simulate import make_federated_gmm
+from ..simulate import make_federated_gmm, make_federated_mor
 from .app import estimator_from_config
 
 __all__ = ["flower_demo"]
@@ -68,27 +68,31 @@ address = ":local:"
 """
 
 
-def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=600):
-    """Run the demo (see the module docstring); returns ``(flower_model, in_process_model, truth)``."""
+def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=600,
+                model="gmm"):
+    """Run the demo (see the module docstring) on the paper's ``model`` design (``"gmm"`` or ``"mor"``,
+    App. B.1); returns ``(flower_model, in_process_model, truth)``."""
     work = Path(workdir or tempfile.mkdtemp(prefix="fedmm-flower-"))
     (work / "data").mkdir(parents=True, exist_ok=True)
     (work / "app").mkdir(exist_ok=True)
     (work / "home").mkdir(exist_ok=True)
-    X, truth = make_federated_gmm(n_clients, n_samples, outlier_clients=[n_clients - 1], random_state=random_state)
-    for k, Xk in enumerate(X):
-        np.savez(work / "data" / f"client-{k}.npz", X=Xk)
+    make = make_federated_gmm if model == "gmm" else make_federated_mor
+    *data, truth = make(n_clients, n_samples, outlier_clients=[n_clients - 1], random_state=random_state)
+    for k, rows in enumerate(zip(*data)):
+        np.savez(work / "data" / f"client-{k}.npz", **dict(zip(("X", "y"), rows)))
     (work / "app" / "pyproject.toml").write_text(PYPROJECT)
     (work / "home" / "config.toml").write_text(FLOWER_CONFIG)
     out = work / "model.joblib"
     out.unlink(missing_ok=True)
-    run_config = {"model": "gmm", "method": method, "init": "local-em", "random-state": random_state}
+    run_config = {"model": model, "method": method, "init": "local-em", "random-state": random_state}
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "FLWR_HOME": str(work / "home"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{method}'",
+    overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{method}'", f"model='{model}'",
                           f"random-state={random_state}"])
     command = [str(bin_dir / "flwr"), "run", str(work / "app"), "local-simulation", "--stream",
                "--run-config", overrides, "--federation-config", f"num-supernodes={n_clients}"]
-    print(f"fedmm flower-demo: {n_clients} simulated clients (one an outlier), {method}, in {work}", flush=True)
+    print(f"fedmm flower-demo: {n_clients} simulated clients (one an outlier), {model}, {method}, in {work}",
+          flush=True)
     start = time.perf_counter()
     try:
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -99,18 +103,19 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
                            + (run.stdout + run.stderr)[-3000:])
     elapsed = time.perf_counter() - start
     remote = joblib.load(out)
-    local = estimator_from_config(run_config).fit(X)
+    local = estimator_from_config(run_config).fit(*data)
+    theta = (lambda est: est.means_) if model == "gmm" else (lambda est: est.coef_)
     honest = ~truth.outliers
-    err_remote = estimation_errors(remote.weights_, remote.means_, truth.weights, truth.theta)[1]
-    err_local = estimation_errors(local.weights_, local.means_, truth.weights, truth.theta)[1]
+    err_remote = estimation_errors(remote.weights_, theta(remote), truth.weights, truth.theta)[1]
+    err_local = estimation_errors(local.weights_, theta(local), truth.weights, truth.theta)[1]
     print(f"flwr run: {elapsed:.0f} s, {remote.n_iter_} rounds, replies rejected: {len(remote.flower_rejections_)}")
     print("\n| client | error on Flower | error in one process |\n|---|---|---|")
     for k in range(n_clients):
         note = " (outlier)" if truth.outliers[k] else ""
         print(f"| {remote.client_ids_[k]}{note} | {err_remote[k]:.4f} | {err_local[k]:.4f} |")
     print(f"\nlargest error over honest clients: {err_remote[honest].max():.4f} on Flower, "
-          f"{err_local[honest].max():.4f} in one process; largest difference of the means: "
-          f"{np.abs(remote.means_ - local.means_).max():.2e}")
+          f"{err_local[honest].max():.4f} in one process; largest difference of the parameters: "
+          f"{np.abs(theta(remote) - theta(local)).max():.2e}")
     return remote, local, truth
 
 
