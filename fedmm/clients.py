@@ -11,20 +11,21 @@ import numpy as np
 from .algorithms._base import em_update
 from .protocol import put, stack, take
 
-__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_start"]
+__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts"]
 
 MODES = ("batched", "per-client")
 
 
-def client_family_start(family, data, n_components, seed):
-    """One client's start from its own data and seed: the family's starting responsibilities
+def client_family_starts(family, data, n_components, seeds):
+    """The clients' starts, each from its own rows and seed: the family's starting responsibilities
     (k-means for Gaussians, a random partition for regressions), then one M-step.
 
     A seed per client (drawn by the server from ``random_state``) rather than one generator passed
     from client to client: a client's start then depends on its own data only, as it must when the
-    clients are separate parties.
+    clients are separate parties, and all clients' starts can be made in one batched call
+    (:meth:`~fedmm.families.Family.initial_resp_clients`) with the numbers each would make alone.
     """
-    resp = family.initial_resp(data.X, data.y, n_components, np.random.RandomState(seed))
+    resp = family.initial_resp_clients(data, n_components, seeds)
     return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
 
 
@@ -108,10 +109,9 @@ class LocalClients:
         self.data = data.with_X(self.family.design(data.X))
 
     def family_starts(self, seeds, n_components, which=None):
-        """Each client's :func:`client_family_start` from its seed (``which``: those clients only)."""
-        index = np.arange(self.n_clients) if which is None else np.asarray(which)
-        return stack([client_family_start(self.family, self.data.client_data(k), n_components, seed)
-                      for k, seed in zip(index, seeds)])
+        """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only)."""
+        data = self.data if which is None else self.data.clients(np.asarray(which))
+        return client_family_starts(self.family, data, n_components, seeds)
 
     def user_start(self, weights, theta):
         """The start from given parameters, its variances fitted by each client (:func:`fedmm.initialization.user_start`)."""

@@ -68,7 +68,7 @@ def pooled_family_start(family, data, n_components, random_state):
 
 
 def client_family_starts(clients, n_components, random_state):
-    """Every client's own family start (:func:`fedmm.clients.client_family_start`), from a seed per client."""
+    """Every client's own family start (:func:`fedmm.clients.client_family_starts`), from a seed per client."""
     _check_clients_can_start(clients.n_samples, n_components)
     return clients.family_starts(_seeds(random_state, clients.n_clients), n_components)
 

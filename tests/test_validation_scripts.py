@@ -72,3 +72,9 @@ def test_decentralized_quick(capsys, tmp_path):
 def test_bench_central_quick(capsys):
     assert _load("bench_central").main(["--quick"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_bench_clients_quick(capsys):
+    assert _load("bench_clients").main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1000 |" in out and "fedgrem / pooled-em" in out

@@ -152,6 +152,13 @@ class Family(ABC):
     def initial_resp(self, X, y, n_components, random_state):
         """Starting responsibilities (n, R) for one client's (or the pooled) data."""
 
+    def initial_resp_clients(self, data, n_components, seeds):
+        """Every client's starting responsibilities (n, R) from its own seed: :meth:`initial_resp` on its
+        rows with ``RandomState(seed)``, client by client (families override it with a batched version
+        that gives the same numbers)."""
+        return np.concatenate([self.initial_resp(*data.client(k), n_components, np.random.RandomState(seed))
+                               for k, seed in enumerate(seeds)])
+
     def coordinate_variances(self, scale):
         """The variances (K, R, s') that set FedGrEM's noise units per coordinate (:func:`noise_scale`
         in :mod:`fedmm.algorithms.fedgrem`): the family's variances themselves unless overridden."""

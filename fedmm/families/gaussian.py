@@ -3,8 +3,8 @@
 from typing import NamedTuple
 
 import numpy as np
-from sklearn.cluster import KMeans
 
+from .. import kmeans
 from ..kernels._numpy import precision_cholesky
 from ..units import Units, scale_or_one, whitening
 from ._base import _TINY, Family, one_hot
@@ -209,10 +209,15 @@ class GaussianFamily(Family):
         return np.maximum(var, 0.0) + self.reg_covar
 
     def initial_resp(self, X, y, n_components, random_state):
-        """Hard labels of one k-means (k-means++ seeding) run."""
-        labels = KMeans(n_clusters=n_components, n_init=1, init="k-means++",
-                        random_state=random_state).fit(X).labels_
-        return one_hot(labels, n_components)
+        """Hard labels of one k-means run (greedy k-means++ seeding, then Lloyd; :mod:`fedmm.kmeans`)."""
+        uniforms = random_state.random_sample((1, kmeans.n_uniforms(n_components)))
+        return one_hot(kmeans.kmeans_labels_clients(X, [0, len(X)], n_components, uniforms), n_components)
+
+    def initial_resp_clients(self, data, n_components, seeds):
+        """Every client's k-means labels in one compiled call (:func:`fedmm.kmeans.kmeans_labels_clients`),
+        each from its own seed: the numbers :meth:`initial_resp` gives client by client."""
+        uniforms = np.array([kmeans.seeding_uniforms(seed, n_components) for seed in seeds])
+        return one_hot(kmeans.kmeans_labels_clients(data.X, data.offsets, n_components, uniforms), n_components)
 
     def sample(self, theta, scale, labels, random_state, X=None):
         """``x = mu_r + L_r z`` with ``L_r L_r^T = Sigma_r``, ``z ~ N(0, I)``, for each label ``r``."""

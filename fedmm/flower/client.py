@@ -36,7 +36,7 @@ from flwr.clientapp import ClientApp
 
 from .. import estimators
 from ..algorithms import make_strategy
-from ..clients import client_family_start, fit_weights
+from ..clients import client_family_starts, fit_weights
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..initialization import user_start
@@ -179,8 +179,8 @@ def _units(session, values, request):
 
 
 def _family_start(session, values, request):
-    return flatten(client_family_start(session.family, session.data, int(request["n_components"]),
-                                       int(request["seed"])))
+    return flatten(client_family_starts(session.family, session.data, int(request["n_components"]),
+                                        [int(request["seed"])]))
 
 
 def _user_start(session, values, request):

@@ -24,7 +24,7 @@ import numpy as np
 from flwr.app import Message
 
 from ..algorithms import METHODS, GradientStrategy
-from ..clients import client_family_start
+from ..clients import client_family_starts
 from ..data import FederatedData
 from ..kernels import resolve_backend
 from ..families import MixtureParams
@@ -236,7 +236,7 @@ class FlowerClients:
         dummy = FederatedData.from_input([rng.standard_normal((n, self.n_features))], y,
                                          require_y=self.family.needs_y)
         dummy = dummy.with_X(self.family.design(dummy.X))
-        params = client_family_start(self.family, dummy, n_components, 0)
+        params = client_family_starts(self.family, dummy, n_components, [0])
         self._stats_type = type(self.family.estep(dummy, params)[1])
         self._template = (params, self.family.estep(dummy, params)[1])
         return params

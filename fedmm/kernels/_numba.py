@@ -230,10 +230,13 @@ def _log_row(lp, R, log_norm, log_resp, i):
 
 
 def _per_client(values, owners, K):
-    """Add piece accumulators up per client (pieces of one client are consecutive)."""
-    out = np.zeros((K,) + values.shape[1:])
-    np.add.at(out, owners, values)
-    return out
+    """Add piece accumulators up per client: pieces of one client are consecutive and every client has
+    one at least, so one ``reduceat`` over the first piece of each (``np.add.at``'s scatter was a third of
+    an E-step's time with thousands of small clients; the sums are the same, in the same order)."""
+    first = np.searchsorted(owners, np.arange(K))
+    if len(owners) == 0 or owners[-1] != K - 1 or np.any(owners[first] != np.arange(K)):
+        raise ValueError("every client needs at least one sample")
+    return np.add.reduceat(values, first, axis=0)
 
 
 def _regression_constants(weights, noise_var):

@@ -1,0 +1,77 @@
+"""Many small clients (issue 16, item 2): whole fits with K clients of n = 50 (d = 10, R = 5), side by side.
+
+Times, on the same data, a ``fedgrem`` fit (its default starts: the trimmed pooled start and the aligned
+local-EM start, whose per-client k-means run as one compiled call, :mod:`fedmm.kmeans`), the k-means of
+all clients alone, scikit-learn's ``KMeans`` on a few clients (extrapolated to K: the per-client cost the
+batched k-means replaced), and a ``pooled-em`` fit. Prints the times, the ratio fedgrem / pooled-em, and
+time per client across K (linear growth: about constant). The issue's targets: K = 10,000 in at most
+20 s and at most 10x pooled EM. Exits non-zero when K = 10,000 misses either (full form only).
+
+    python validation/bench_clients.py [--quick] [--sizes 1000,10000,100000]   # quick: K = 300, 1000 (no targets)
+"""
+
+import argparse
+import sys
+import time
+import warnings
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from fedmm import FederatedGaussianMixture
+from fedmm.kmeans import kmeans_labels_clients, seeding_uniforms
+
+N, D, R = 50, 10, 5
+
+
+def clients(K, seed=0):
+    """K clients of N samples from R shared components in R^D (means 3 apart, unit variances)."""
+    rng = np.random.RandomState(seed)
+    centres = 3.0 * rng.standard_normal((R, D))
+    labels = rng.randint(R, size=(K, N))
+    return list(centres[labels] + rng.standard_normal((K, N, D)))
+
+
+def seconds(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sizes", default=None, help="comma-separated K (default 1000,3000,10000; quick 300,1000)")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(k) for k in args.sizes.split(",")) if args.sizes else \
+        (300, 1000) if args.quick else (1000, 3000, 10_000)
+    warm = clients(20)
+    FederatedGaussianMixture(R, method="fedgrem", max_iter=5, random_state=0).fit(warm)  # compile
+    print(f"| K | fedgrem fit (s) | per client (ms) | k-means, all clients (s) | scikit-learn KMeans, "
+          f"extrapolated (s) | pooled-em fit (s) | fedgrem / pooled-em |\n|---|---|---|---|---|---|---|")
+    results = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for K in sizes:
+            X = clients(K)
+            fed = seconds(lambda: FederatedGaussianMixture(R, method="fedgrem", random_state=0).fit(X))
+            pooled = seconds(lambda: FederatedGaussianMixture(R, method="pooled-em", random_state=0).fit(X))
+            U = np.array([seeding_uniforms(s, R) for s in range(K)])
+            offsets = np.arange(K + 1) * N
+            ours = seconds(lambda: kmeans_labels_clients(np.vstack(X), offsets, R, U))
+            few = min(K, 50)
+            sk = seconds(lambda: [KMeans(R, n_init=1, random_state=s).fit(X[s]) for s in range(few)]) * K / few
+            results[K] = fed, pooled
+            print(f"| {K} | {fed:.2f} | {1e3 * fed / K:.2f} | {ours:.3f} | {sk:.1f} | {pooled:.2f} | "
+                  f"{fed / pooled:.1f} |", flush=True)
+    if args.quick or 10_000 not in results:
+        return 0
+    fed, pooled = results[10_000]
+    checks = [(f"K = 10,000 fedgrem fit {fed:.1f} s <= 20 s", fed <= 20.0),
+              (f"K = 10,000 fedgrem / pooled-em {fed / pooled:.1f} <= 10", fed / pooled <= 10.0)]
+    print("\n" + "\n".join(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks))
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
