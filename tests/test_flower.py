@@ -229,3 +229,34 @@ def test_partial_participation_on_flower_equals_it_in_one_process():
     ref, remote = _fit_both(X, y, "fedgrem", participation=0.5, dropout=0.2)
     np.testing.assert_allclose(remote.coef_, ref.coef_, rtol=0, atol=1e-8)
     assert remote.flower_rejections_ == []
+
+
+@pytest.mark.parametrize("method", ["pooled-em", "pooled-grem"])
+def test_the_pooled_methods_run_on_flower_from_a_common_start(method):
+    X, y, _ = _gmm()
+    options = dict(method=method, init="common", random_state=0, max_iter=100)
+    ref = FederatedGaussianMixture(5, **options).fit(X)
+    remote = fit(FederatedGaussianMixture(5, **options), LocalGrid(_apps(X)))
+    np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
+
+
+def test_a_client_reads_its_rows_from_the_file_its_config_names(tmp_path):
+    from types import SimpleNamespace
+
+    from fedmm.flower.client import load_from_config
+    rng = np.random.RandomState(0)
+    X, y = rng.standard_normal((6, 2)), rng.standard_normal(6)
+    np.savez(tmp_path / "client-3.npz", X=X, y=y)
+    np.save(tmp_path / "a.npy", X)
+    np.savetxt(tmp_path / "b.csv", np.column_stack([X, y]), delimiter=",", header="u,v,target", comments="")
+    by_dir = SimpleNamespace(node_config={"partition-id": 3}, run_config={"data-dir": str(tmp_path)})
+    np.testing.assert_array_equal(load_from_config(by_dir)[0], X)
+    np.testing.assert_array_equal(load_from_config(by_dir)[1], y)
+    npy = SimpleNamespace(node_config={"data-path": str(tmp_path / "a.npy")}, run_config={})
+    np.testing.assert_array_equal(load_from_config(npy)[0], X)
+    csv = SimpleNamespace(node_config={"data-path": str(tmp_path / "b.csv")}, run_config={"y-column": "target"})
+    got_X, got_y = load_from_config(csv)
+    np.testing.assert_allclose(got_X, X, rtol=1e-12)
+    np.testing.assert_allclose(got_y, y, rtol=1e-12)
+    with pytest.raises(ValueError, match="has no data"):
+        load_from_config(SimpleNamespace(node_config={}, run_config={}))
