@@ -150,11 +150,11 @@ def _consensus(theta, rng, max_rounds=50, n_reference_candidates=64):
     """
     K, R, _ = theta.shape
     candidates = np.arange(K) if K <= n_reference_candidates else rng.choice(K, n_reference_candidates, False)
-    totals = [sum(_matching_cost(theta[c], theta[k]) for k in range(K)) for c in candidates]
+    totals = [_match_all(_costs(theta[c], theta))[1].sum() for c in candidates]
     reference = theta[candidates[int(np.argmin(totals))]]
     perms = None
     for _ in range(max_rounds):
-        new = np.array([_match(_cost(reference, theta[k])) for k in range(K)])
+        new = _match_all(_costs(reference, theta))[0]
         if perms is not None and np.array_equal(new, perms):
             break
         perms = new
@@ -166,6 +166,29 @@ def _matching_cost(a, b):
     cost = _cost(a, b)
     rows, cols = linear_sum_assignment(cost)
     return cost[rows, cols].sum()
+
+
+#: Components up to which a batch of matchings tries every permutation at once (120 at R = 5).
+BRUTE_FORCE_MAX = 5
+
+
+def _costs(a, B):
+    """:func:`_cost` of ``a`` against every ``B[k]``: (K, R, R)."""
+    return np.linalg.norm(a[None, :, None, :] - B[:, None, :, :], axis=-1)
+
+
+def _match_all(costs):
+    """Every cost matrix's optimal permutation (K, R) and its total (K,): for small ``R`` all permutations in
+    one vectorized pass (thousands of clients, one numpy call instead of one Hungarian call each), else the
+    Hungarian algorithm client by client."""
+    K, R, _ = costs.shape
+    if R > BRUTE_FORCE_MAX:
+        perms = np.array([_match(c) for c in costs]).reshape(K, R)
+        return perms, np.take_along_axis(costs, perms[:, :, None], axis=2)[..., 0].sum(axis=1)
+    candidates = np.array(list(itertools.permutations(range(R))))                 # (P, R)
+    totals = costs[:, np.arange(R), candidates].sum(axis=-1)                       # (K, P)
+    best = totals.argmin(axis=1)
+    return candidates[best], totals[np.arange(K), best]
 
 
 def _sci(n):

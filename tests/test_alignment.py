@@ -165,3 +165,19 @@ def testbottleneck_and_enclosing_radius():
 def test_unknown_method():
     with pytest.raises(ValueError, match="Unknown alignment method"):
         align(np.zeros((2, 2, 1)), "magic")
+
+
+@given(st.integers(1, 30), st.integers(1, 7), st.integers(0, 10 ** 6))
+def test_a_batch_of_matchings_is_each_clients_hungarian_matching(K, R, seed):
+    """The vectorized matching (every permutation at once for R <= 5, Hungarian beyond) finds each cost
+    matrix's optimal permutation: the same total as scipy's Hungarian algorithm, and the same permutation
+    (continuous random costs have one optimum)."""
+    from scipy.optimize import linear_sum_assignment
+
+    from fedmm.alignment import _match_all
+    costs = np.random.RandomState(seed).random_sample((K, R, R))
+    perms, totals = _match_all(costs)
+    for k in range(K):
+        rows, cols = linear_sum_assignment(costs[k])
+        np.testing.assert_array_equal(perms[k], cols)
+        np.testing.assert_allclose(totals[k], costs[k][rows, cols].sum(), rtol=1e-12)
