@@ -108,6 +108,11 @@ class Strategy(ABC):
 
     # --- client side -------------------------------------------------------------------
 
+    def client_options(self):
+        """The options a client needs to rebuild this strategy's client side (``make_strategy(name,
+        **options)``) when it runs in another process (:mod:`fedmm.flower`): none unless overridden."""
+        return {}
+
     def client_start(self, start, n_k):
         """A client's state before the first round, from its start and size."""
         return ClientState(start, np.maximum(start.weights, 1.0 / n_k[:, None]))
@@ -190,6 +195,10 @@ class GradientStrategy(Strategy):
             raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}.")
         self.C_eta = C_eta
         self.eta_rule = eta_rule
+
+    def client_options(self):
+        """The step sizes: what a gradient client needs."""
+        return {"C_eta": self.C_eta, "eta_rule": self.eta_rule}
 
     def local_update(self, family, stats, state, n_k):
         eta = step_sizes(state.w0, stats, n_k, self.C_eta, self.eta_rule)

@@ -95,6 +95,16 @@ def client_app(load=None):
     """
     load = load or load_from_config
     app = ClientApp()
+    rows = {}
+
+    def read(context, est):
+        """The client's rows, read and checked once per run, not at every query (a round's hot path)."""
+        key = (context.run_id, context.node_id)
+        if key not in rows:
+            if rows and next(iter(rows))[0] != context.run_id:
+                rows.clear()                                   # a new run: forget the last one's rows
+            rows[key] = _read(load, context, est)
+        return rows[key]
 
     def handler(action, answer):
         def handle(message, context):
@@ -105,9 +115,9 @@ def client_app(load=None):
             return Message(encode(reply, tag=request.get("tag", ""), **_name(context, action)), reply_to=message)
         app.query(action)(handle)
 
-    handler("hello", _hello(load))
+    handler("hello", _hello(read))
     for action, answer in _ANSWERS.items():
-        handler(action, _with_session(load, answer))
+        handler(action, _with_session(read, answer))
     return app
 
 
@@ -119,12 +129,12 @@ def _name(context, action):
     return {} if name is None else {"client-id": name}
 
 
-def _hello(load):
+def _hello(read):
     def answer(message, context, request):
         cls = ESTIMATORS[request["estimator"]]
         context.state["fedmm.model"] = ConfigRecord({"estimator": request["estimator"], "params": request["params"]})
         est = cls(**json.loads(request["params"]))
-        return client_sums(_read(load, context, est))
+        return client_sums(read(context, est))
     return answer
 
 
@@ -136,11 +146,11 @@ def _read(load, context, est):
 class _Session:
     """A client's view of the fit: its family, its rows in the fit's units, its saved state."""
 
-    def __init__(self, load, context):
-        self.load = load
+    def __init__(self, read, context):
+        self.read = read
         model = context.state["fedmm.model"]
         est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
-        data = _read(load, context, est)
+        data = read(context, est)
         self.family = est._make_family(resolve_backend(est.backend, data.X.shape[0]))
         self.context = context
         if "fedmm.units" in context.state:
@@ -165,15 +175,15 @@ def _record(values):
     return encode(values)["arrays"]
 
 
-def _with_session(load, answer):
+def _with_session(read, answer):
     def handle(message, context, request):
-        return answer(_Session(load, context), arrays(message.content), request)
+        return answer(_Session(read, context), arrays(message.content), request)
     return handle
 
 
 def _units(session, values, request):
     session.context.state["fedmm.units"] = _record(values)
-    session = _Session(session.load, session.context)
+    session = _Session(session.read, session.context)
     y = session.data.y
     return {"scale": np.array([np.abs(session.data.X).max() + (0.0 if y is None else np.abs(y).max())])}
 

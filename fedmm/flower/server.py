@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from flwr.app import Message
 
-from ..algorithms import METHODS, GradientStrategy
+from ..algorithms import METHODS
 from ..clients import client_family_starts
 from ..data import FederatedData
 from ..kernels import resolve_backend
@@ -190,11 +190,9 @@ class FlowerClients:
 
     def start(self, strategy, params):
         name = next(n for n, cls in METHODS.items() if type(strategy) is cls)
-        options = {k: getattr(strategy, k) for k in ("C_eta", "eta_rule")} if isinstance(strategy, GradientStrategy) \
-            else {}
         rows = [flatten(take(params, k)) for k in range(self.n_clients)]
         self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=name,
-                  options=json.dumps(options))
+                  options=json.dumps(strategy.client_options()))
         self._sends_stats = strategy.sends_stats
         self._first_round = True
 
@@ -237,8 +235,8 @@ class FlowerClients:
                                          require_y=self.family.needs_y)
         dummy = dummy.with_X(self.family.design(dummy.X))
         params = client_family_starts(self.family, dummy, n_components, [0])
-        self._stats_type = type(self.family.estep(dummy, params)[1])
-        self._template = (params, self.family.estep(dummy, params)[1])
+        stats = self.family.estep(dummy, params)[1]
+        self._stats_type, self._template = type(stats), (params, stats)
         return params
 
     def _message_template(self, R):
