@@ -10,7 +10,9 @@ The algorithm is scikit-learn's (Arthur & Vassilvitskii 2007, with its greedy va
 centre is a uniformly drawn row; each further centre is the best, by the resulting potential
 ``sum_i min_c ||x_i - c||^2``, of ``2 + floor(log R)`` rows drawn with probability proportional to
 their squared distance to the nearest centre so far; then Lloyd's iterations until no label
-changes (at most ``max_iter``). A centre that loses all its rows stays where it was. The random
+changes or the centres move less than scikit-learn's tolerance (``sum_r ||c_r' - c_r||^2`` at most
+``1e-4`` times the mean of the client's coordinate variances; the labels are then those of the last
+centres), at most ``max_iter``. A centre that loses all its rows stays where it was. The random
 numbers are uniforms drawn beforehand from the client's seed (:func:`seeding_uniforms`), so the
 compiled loop and the numpy reference (:func:`kmeans_labels`, the oracle) make the same choices.
 """
@@ -18,9 +20,11 @@ compiled loop and the numpy reference (:func:`kmeans_labels`, the oracle) make t
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["n_trials", "n_uniforms", "seeding_uniforms", "kmeans_labels", "kmeans_labels_clients"]
+__all__ = ["n_trials", "n_uniforms", "seeding_uniforms", "kmeans_labels", "kmeans_plus_plus", "lloyd_labels",
+           "kmeans_labels_clients"]
 
 MAX_ITER = 300
+TOL = 1e-4
 
 
 def n_trials(n_components):
@@ -40,6 +44,11 @@ def seeding_uniforms(seed, n_components):
 
 def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER):
     """One client's k-means labels (n,): the numpy reference of :func:`kmeans_labels_clients`."""
+    return lloyd_labels(X, kmeans_plus_plus(X, n_components, uniforms), max_iter)
+
+
+def kmeans_plus_plus(X, n_components, uniforms):
+    """Greedy k-means++ centres (R, d) of one client's rows, choices made by ``uniforms``."""
     n = len(X)
     T = n_trials(n_components)
     centers = np.empty((n_components, X.shape[1]))
@@ -57,17 +66,25 @@ def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER):
                 best, best_pot, best_d = i, pot, d
         centers[c] = X[best]
         closest = best_d
-    labels = np.full(n, -1)
+    return centers
+
+
+def lloyd_labels(X, centers, max_iter=MAX_ITER):
+    """Lloyd's iterations from ``centers`` with scikit-learn's stopping rule; the final labels (n,)."""
+    centers = np.array(centers, dtype=float)
+    labels, settled = np.full(len(X), -1), False
+    tol = TOL * X.var(axis=0).mean()
     for _ in range(max_iter):
         distance = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2)
         new = distance.argmin(axis=1)
-        if np.array_equal(new, labels):
-            break
-        labels = new
-        for r in range(n_components):
+        if np.array_equal(new, labels) or settled:
+            return new
+        labels, previous = new, centers.copy()
+        for r in range(len(centers)):
             mine = labels == r
             if mine.any():
                 centers[r] = X[mine].sum(axis=0) / mine.sum()
+        settled = ((centers - previous) ** 2).sum() <= tol
     return labels
 
 
@@ -128,6 +145,8 @@ def _kmeans_one(X, R, u, T, max_iter):
         closest[:] = best_d
     labels = np.full(n, -1, dtype=np.int64)
     counts = np.zeros(R)
+    tol = TOL * _mean_variance(X)
+    settled = False
     for _ in range(max_iter):
         changed = False
         for i in range(n):
@@ -139,7 +158,7 @@ def _kmeans_one(X, R, u, T, max_iter):
             if arg != labels[i]:
                 labels[i] = arg
                 changed = True
-        if not changed:
+        if not changed or settled:
             break
         sums = np.zeros((R, d))
         counts[:] = 0.0
@@ -147,8 +166,23 @@ def _kmeans_one(X, R, u, T, max_iter):
             counts[labels[i]] += 1.0
             for j in range(d):
                 sums[labels[i], j] += X[i, j]
+        shift = 0.0
         for r in range(R):
             if counts[r] > 0:
                 for j in range(d):
-                    centers[r, j] = sums[r, j] / counts[r]
+                    new = sums[r, j] / counts[r]
+                    shift += (new - centers[r, j]) ** 2
+                    centers[r, j] = new
+        settled = shift <= tol
     return labels
+
+
+@njit(cache=True)
+def _mean_variance(X):
+    n, d = X.shape
+    total = 0.0
+    for j in range(d):
+        mean = X[:, j].sum() / n
+        for i in range(n):
+            total += (X[i, j] - mean) ** 2
+    return total / (n * d)

@@ -126,3 +126,24 @@ def test_cupy_agrees_with_the_reference_on_a_gpu():
     theta, var = rng.randn(2, 5, 10), rng.uniform(0.5, 2, (2, 5, 1))
     _assert_close(cupy_kernels.gaussian_estep(X, offsets, w, theta, var, "total"),
                   reference.gaussian_estep(X, offsets, w, theta, var, "total"), "cupy gaussian_estep")
+
+
+def test_the_vectorized_exponential_matches_numpys():
+    """exp on x <= 0 to 1e-15 relative down to the smallest normal number, gradual underflow below it (to
+    within one unit of the smallest subnormal), exp(0) = 1 exactly, and 0 for -inf."""
+    from numba import njit
+
+    from fedmm.kernels._numba import _exp_block
+
+    @njit
+    def exp_block(z):
+        out = z.copy()
+        _exp_block(out, len(out), np.empty(2 * len(out), dtype=np.int64))
+        return out
+
+    z = np.concatenate([-np.logspace(-12, np.log10(740), 20000), np.linspace(-760, 0, 20001), [0.0, -np.inf]])
+    ours, theirs = exp_block(z), np.exp(z)
+    normal = theirs >= np.finfo(float).tiny
+    np.testing.assert_allclose(ours[normal], theirs[normal], rtol=1e-15, atol=0)
+    np.testing.assert_allclose(ours[~normal], theirs[~normal], rtol=0, atol=5e-324)
+    assert exp_block(np.zeros(3))[0] == 1.0 and ours[-1] == 0.0

@@ -4,7 +4,7 @@ from sklearn.cluster import KMeans
 
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily
-from fedmm.kmeans import kmeans_labels, kmeans_labels_clients, seeding_uniforms
+from fedmm.kmeans import kmeans_labels, kmeans_labels_clients, kmeans_plus_plus, lloyd_labels, seeding_uniforms
 from fedmm.simulate import make_federated_gmm
 
 
@@ -49,3 +49,14 @@ def test_repeated_rows_leave_no_label_out_of_range():
     labels = kmeans_labels_clients(X, [0, 30], 5, seeding_uniforms(0, 5)[None])
     assert labels.min() >= 0 and labels.max() < 5
     np.testing.assert_array_equal(labels, kmeans_labels(X, 5, seeding_uniforms(0, 5)))
+
+
+def test_lloyd_stops_where_scikit_learn_does():
+    """On rows with no clusters the labels keep changing for hundreds of iterations; both stop once the
+    centres move less than 1e-4 times the mean variance, and from the same centres reach the same labels."""
+    X = np.random.RandomState(3).standard_normal((3000, 4))
+    for seed in range(3):
+        centers = kmeans_plus_plus(X, 5, seeding_uniforms(seed, 5))
+        theirs = KMeans(5, init=centers, n_init=1, algorithm="lloyd").fit(X)
+        assert 5 < theirs.n_iter_ < 300
+        np.testing.assert_array_equal(lloyd_labels(X, centers), theirs.labels_)

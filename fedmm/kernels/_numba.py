@@ -4,10 +4,13 @@ Same functions, arguments and results as :mod:`fedmm.kernels._numpy`, the
 oracle they are tested against. The contiguous sample array is cut into
 pieces of at most ``PIECE`` samples that never cross a client boundary;
 ``prange`` runs over the pieces, each accumulating its own sums (so threads
-never share an accumulator), which are then added up per client. Per sample
-the kernel computes the component log-densities, the log-sum-exp and the
-responsibilities, and accumulates what the family's M-step or gradient needs,
-without ever storing the (n, R) responsibility matrix. ``X`` may be float32
+never share an accumulator), which are then added up per client. A piece is
+walked in blocks of ``BLOCK`` samples, copied transposed so that samples are
+the vector lanes: per block the kernel computes the component log-densities,
+the log-sum-exp (with an exponential LLVM vectorizes, :func:`_exp_block`) and
+the responsibilities, and accumulates what the family's M-step or gradient
+needs as dot products over the block, never storing the (n, R)
+responsibility matrix. ``X`` may be float32
 or float64; arithmetic and sums are in float64. Compiled on first use and
 cached on disk (``cache=True``), so importing fedmm compiles nothing.
 """
@@ -20,6 +23,8 @@ from numba import njit, prange
 from ._numpy import LOG_2PI, gaussian_stats, is_full, precision_cholesky, regression_stats  # noqa: F401
 
 PIECE = 4096
+#: Samples per vectorized block inside a piece: their scratch rows (d + R of them) stay in L1/L2.
+BLOCK = 128
 # Reassociation lets LLVM vectorize the sums over coordinates; the no-NaN / no-inf
 # assumptions of full fastmath are left out, since a zero weight gives log w = -inf.
 FAST = {"reassoc", "contract", "arcp", "nsz"}
@@ -65,54 +70,121 @@ def _gaussian_constants(weights, means, variances):
     return log_w - 0.5 * (d * LOG_2PI + log_det), precision, DIAGONAL if variances.shape[-1] > 1 else SPHERICAL
 
 
-@njit(cache=True, inline="always")
-def _normalize(lp, R):
-    """In place: lp <- posterior; returns log sum exp (max-shifted, as the reference).
+# exp(x) = 2^n exp(x - n ln 2) with |x - n ln 2| <= ln(2) / 2, where the Taylor polynomial of degree 12
+# is exact to 2e-16 relative; ln 2 is split in two (Cody & Waite, fdlibm's constants) so that x - n ln 2
+# is exact to the last bit for every n; 2^n is built from its bits as 2^(n // 2) 2^(n - n // 2), so that
+# results below the smallest normal number underflow gradually as np.exp's do, and below exp(-750) are 0.
+LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 6.93147180369123816490e-01, 1.90821492927058770002e-10
+E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12 = (1.0 / float(np.prod(np.arange(1.0, m + 1))) for m in range(2, 13))
 
-    The exponentials are most of a round's cost; the largest term is exp(0) = 1 and is not computed.
+
+# Fused multiply-adds only: reassociation would fold the two halves of ln 2 back into one.
+@njit(cache=True, fastmath={"contract"})
+def _exp_block(z, nb, bits):
+    """In place ``z[:nb] <- exp(z[:nb])`` for ``z <= 0``, in loops LLVM vectorizes (no library calls).
+
+    ``bits`` is int64 scratch of length ``2 * nb``, read back as float64 through a view.
     """
-    best = 0
-    for r in range(1, R):
-        if lp[r] > lp[best]:
-            best = r
-    top = lp[best]
-    total = 1.0
-    for r in range(R):
-        if r != best:
-            lp[r] = np.exp(lp[r] - top)
-            total += lp[r]
-    lp[best] = 1.0
-    scale = 1.0 / total
-    for r in range(R):
-        lp[r] *= scale
-    return top + np.log(total)
+    for b in range(nb):
+        x = max(z[b], -750.0)
+        n = np.floor(x * LOG2E + 0.5)
+        r = (x - n * LN2_HI) - n * LN2_LO
+        poly = ((((((((((((E12 * r + E11) * r + E10) * r + E9) * r + E8) * r + E7) * r + E6) * r + E5) * r + E4)
+                     * r + E3) * r + E2) * r + 1.0) * r + 1.0)
+        half = np.int64(n) >> 1
+        bits[2 * b] = (half + 1023) << 52
+        bits[2 * b + 1] = (np.int64(n) - half + 1023) << 52
+        z[b] = poly
+    scale = bits.view(np.float64)
+    for b in range(nb):
+        z[b] *= scale[2 * b] * scale[2 * b + 1]
 
 
 @njit(cache=True, inline="always", fastmath=FAST)
-def _gaussian_row(X, i, k, const, means, precision, layout, lp, diff):
-    """Component log-densities of sample i (direct (x - mu)^2, exact for large entries); ``diff`` is
-    scratch space of length d."""
+def _posteriors_block(lp, R, nb, top, total, bits):
+    """In place ``lp[:, :nb] <-`` posteriors of a block of samples, component-major; returns the block's
+    sum of ``log sum_r exp(lp[r])`` (max-shifted, as the reference).
+
+    Vectorized across samples: the ``R`` exponentials are :func:`_exp_block`, and the logarithms of the
+    normalizers (each in ``[1, R]``) are taken of their products over 32 samples (``R^32`` stays finite).
+    """
+    for b in range(nb):
+        top[b] = lp[0, b]
+    for r in range(1, R):
+        for b in range(nb):
+            top[b] = max(top[b], lp[r, b])
+    for b in range(nb):
+        total[b] = 0.0
+    for r in range(R):
+        row = lp[r]
+        for b in range(nb):
+            row[b] -= top[b]
+        _exp_block(row, nb, bits)
+        for b in range(nb):
+            total[b] += row[b]
+    log_norm = 0.0
+    for b in range(nb):
+        log_norm += top[b]
+    for b0 in range(0, nb, 32):
+        product = 1.0
+        for b in range(b0, min(b0 + 32, nb)):
+            product *= total[b]
+        log_norm += np.log(product)
+    for b in range(nb):
+        total[b] = 1.0 / total[b]
+    for r in range(R):
+        for b in range(nb):
+            lp[r, b] *= total[b]
+    return log_norm
+
+
+@njit(cache=True, inline="always")
+def _transpose_block(X, i0, nb, xt):
+    """``xt[:, :nb] <- X[i0:i0 + nb].T`` in float64: coordinates become rows, samples the vector lanes."""
+    for b in range(nb):
+        for j in range(X.shape[1]):
+            xt[j, b] = X[i0 + b, j]
+
+
+@njit(cache=True, inline="always", fastmath=FAST)
+def _dot(u, v, nb):
+    s = 0.0
+    for b in range(nb):
+        s += u[b] * v[b]
+    return s
+
+
+@njit(cache=True, inline="always", fastmath=FAST)
+def _gaussian_block(xt, nb, k, const, means, precision, layout, lp, diff, t):
+    """Component log-densities of a block of samples, ``lp[r, b]`` (direct ``(x - mu)^2``, exact for
+    large entries); ``diff`` (d, BLOCK) and ``t`` (BLOCK) are scratch."""
     R, d = means.shape[1], means.shape[2]
     for r in range(R):
-        acc = 0.0
+        row = lp[r]
+        row[:nb] = 0.0
         if layout == 2:  # FULL: ||(x - mu) P||^2, P upper triangular (P[m, j] = 0 for m > j)
             for j in range(d):
-                diff[j] = X[i, j] - means[k, r, j]
+                m = means[k, r, j]
+                for b in range(nb):
+                    diff[j, b] = xt[j, b] - m
             for j in range(d):
-                t = 0.0
-                for m in range(j + 1):
-                    t += diff[m] * precision[k, r, m * d + j]
-                acc += t * t
-        elif layout == 1:
-            for j in range(d):
-                delta = X[i, j] - means[k, r, j]
-                acc += delta * delta * precision[k, r, j]
+                t[:nb] = 0.0
+                for q in range(j + 1):
+                    c = precision[k, r, q * d + j]
+                    for b in range(nb):
+                        t[b] += diff[q, b] * c
+                for b in range(nb):
+                    row[b] += t[b] * t[b]
         else:
             for j in range(d):
-                delta = X[i, j] - means[k, r, j]
-                acc += delta * delta
-            acc *= precision[k, r, 0]
-        lp[r] = const[k, r] - 0.5 * acc
+                m = means[k, r, j]
+                c = precision[k, r, j] if layout == 1 else precision[k, r, 0]
+                for b in range(nb):
+                    delta = xt[j, b] - m
+                    row[b] += delta * delta * c
+        c = const[k, r]
+        for b in range(nb):
+            row[b] = c - 0.5 * row[b]
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
@@ -126,31 +198,54 @@ def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squ
     Sxx = np.zeros((n_pieces, R, d if squares == 1 else d * d if squares == 3 else 1))
     for p in prange(n_pieces):
         k = owners[p]
-        lp = np.empty(R)
-        diff = np.empty(d)
-        for i in range(starts[p], ends[p]):
-            _gaussian_row(X, i, k, const, means, precision, layout, lp, diff)
-            ll[p] += _normalize(lp, R)
-            total = 0.0
+        xt, diff, lp = np.empty((d, BLOCK)), np.empty((d, BLOCK)), np.empty((R, BLOCK))
+        top, total, bits = np.empty(BLOCK), np.empty(BLOCK), np.empty(2 * BLOCK, dtype=np.int64)
+        for i0 in range(starts[p], ends[p], BLOCK):
+            nb = min(BLOCK, ends[p] - i0)
+            _transpose_block(X, i0, nb, xt)
+            _gaussian_block(xt, nb, k, const, means, precision, layout, lp, diff, top)
+            ll[p] += _posteriors_block(lp, R, nb, top, total, bits)
             if squares == 2:
+                for b in range(nb):
+                    top[b] = 0.0
                 for j in range(d):
-                    total += X[i, j] * X[i, j]
+                    for b in range(nb):
+                        top[b] += xt[j, b] * xt[j, b]
             for r in range(R):
                 g = lp[r]
-                N[p, r] += g
+                N[p, r] += g[:nb].sum()
                 for j in range(d):
-                    Sx[p, r, j] += g * X[i, j]
+                    Sx[p, r, j] += _dot(g, xt[j], nb)
                 if squares == 1:
                     for j in range(d):
-                        Sxx[p, r, j] += g * X[i, j] * X[i, j]
+                        for b in range(nb):
+                            diff[j, b] = g[b] * xt[j, b]
+                        Sxx[p, r, j] += _dot(diff[j], xt[j], nb)
                 elif squares == 2:
-                    Sxx[p, r, 0] += g * total
+                    Sxx[p, r, 0] += _dot(g, top, nb)
                 elif squares == 3:
                     for j in range(d):
-                        gx = g * X[i, j]
+                        for b in range(nb):
+                            diff[j, b] = g[b] * xt[j, b]
                         for m in range(j, d):
-                            Sxx[p, r, j * d + m] += gx * X[i, m]
+                            Sxx[p, r, j * d + m] += _dot(diff[j], xt[m], nb)
     return ll, N, Sx, Sxx
+
+
+@njit(cache=True, inline="always", fastmath=FAST)
+def _regression_block(xt, yb, nb, k, const, coef, inv_var, lp):
+    """Component log-densities ``lp[r, b]`` of a block of responses ``yb`` given features ``xt``."""
+    R, p_dim = coef.shape[1], coef.shape[2]
+    for r in range(R):
+        row = lp[r]
+        row[:nb] = yb[:nb]
+        for j in range(p_dim):
+            c = coef[k, r, j]
+            for b in range(nb):
+                row[b] -= xt[j, b] * c
+        c, w = const[k, r], 0.5 * inv_var[k, r]
+        for b in range(nb):
+            row[b] = c - w * row[b] * row[b]
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
@@ -160,73 +255,77 @@ def _regression_pass(X, y, starts, ends, owners, const, coef, inv_var):
     ll = np.zeros(n_pieces)
     N = np.zeros((n_pieces, R))
     A = np.zeros((n_pieces, R, p_dim, p_dim))
-    b = np.zeros((n_pieces, R, p_dim))
+    b_ = np.zeros((n_pieces, R, p_dim))
     Syy = np.zeros((n_pieces, R))
     for p in prange(n_pieces):
         k = owners[p]
-        lp = np.empty(R)
-        for i in range(starts[p], ends[p]):
-            yi = y[i]
-            for r in range(R):
-                fit = 0.0
-                for j in range(p_dim):
-                    fit += X[i, j] * coef[k, r, j]
-                resid = yi - fit
-                lp[r] = const[k, r] - 0.5 * resid * resid * inv_var[k, r]
-            ll[p] += _normalize(lp, R)
+        xt, gx, lp = np.empty((p_dim, BLOCK)), np.empty((p_dim, BLOCK)), np.empty((R, BLOCK))
+        yb, top, total = np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK)
+        bits = np.empty(2 * BLOCK, dtype=np.int64)
+        for i0 in range(starts[p], ends[p], BLOCK):
+            nb = min(BLOCK, ends[p] - i0)
+            _transpose_block(X, i0, nb, xt)
+            for b in range(nb):
+                yb[b] = y[i0 + b]
+            _regression_block(xt, yb, nb, k, const, coef, inv_var, lp)
+            ll[p] += _posteriors_block(lp, R, nb, top, total, bits)
             for r in range(R):
                 g = lp[r]
-                N[p, r] += g
-                Syy[p, r] += g * yi * yi
+                N[p, r] += g[:nb].sum()
+                for b in range(nb):
+                    top[b] = g[b] * yb[b]
+                Syy[p, r] += _dot(top, yb, nb)
                 for j in range(p_dim):
-                    gx = g * X[i, j]
-                    b[p, r, j] += gx * yi
+                    for b in range(nb):
+                        gx[j, b] = g[b] * xt[j, b]
+                    b_[p, r, j] += _dot(gx[j], yb, nb)
                     for m in range(j, p_dim):  # upper triangle; mirrored below
-                        A[p, r, j, m] += gx * X[i, m]
-    return ll, N, A, b, Syy
+                        A[p, r, j, m] += _dot(gx[j], xt[m], nb)
+    return ll, N, A, b_, Syy
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
 def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout, log_norm, log_resp):
     R, d = means.shape[1], means.shape[2]
     for p in prange(len(starts)):
-        k = owners[p]
-        lp = np.empty(R)
-        diff = np.empty(d)
-        for i in range(starts[p], ends[p]):
-            _gaussian_row(X, i, k, const, means, precision, layout, lp, diff)
-            _log_row(lp, R, log_norm, log_resp, i)
+        xt, diff, lp, t = np.empty((d, BLOCK)), np.empty((d, BLOCK)), np.empty((R, BLOCK)), np.empty(BLOCK)
+        for i0 in range(starts[p], ends[p], BLOCK):
+            nb = min(BLOCK, ends[p] - i0)
+            _transpose_block(X, i0, nb, xt)
+            _gaussian_block(xt, nb, owners[p], const, means, precision, layout, lp, diff, t)
+            _log_posteriors(lp, nb, i0, log_norm, log_resp)
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
 def _regression_log_resp(X, y, starts, ends, owners, const, coef, inv_var, log_norm, log_resp):
     R, p_dim = coef.shape[1], coef.shape[2]
     for p in prange(len(starts)):
-        k = owners[p]
-        lp = np.empty(R)
-        for i in range(starts[p], ends[p]):
-            for r in range(R):
-                fit = 0.0
-                for j in range(p_dim):
-                    fit += X[i, j] * coef[k, r, j]
-                resid = y[i] - fit
-                lp[r] = const[k, r] - 0.5 * resid * resid * inv_var[k, r]
-            _log_row(lp, R, log_norm, log_resp, i)
+        xt, lp, yb = np.empty((p_dim, BLOCK)), np.empty((R, BLOCK)), np.empty(BLOCK)
+        for i0 in range(starts[p], ends[p], BLOCK):
+            nb = min(BLOCK, ends[p] - i0)
+            _transpose_block(X, i0, nb, xt)
+            for b in range(nb):
+                yb[b] = y[i0 + b]
+            _regression_block(xt, yb, nb, owners[p], const, coef, inv_var, lp)
+            _log_posteriors(lp, nb, i0, log_norm, log_resp)
 
 
 @njit(cache=True, inline="always")
-def _log_row(lp, R, log_norm, log_resp, i):
-    top = lp[0]
-    for r in range(1, R):
-        if lp[r] > top:
-            top = lp[r]
-    total = 0.0
-    for r in range(R):
-        total += np.exp(lp[r] - top)
-    log_sum = np.log(total)
-    log_norm[i] = top + log_sum
-    for r in range(R):
-        log_resp[i, r] = lp[r] - top - log_sum
+def _log_posteriors(lp, nb, i0, log_norm, log_resp):
+    """Rows ``i0 .. i0 + nb`` of ``log p(x_i)`` and the log posteriors, with the library's exp and log:
+    not a per-round path, and log posteriors far below zero must stay exact."""
+    R = lp.shape[0]
+    for b in range(nb):
+        top = lp[0, b]
+        for r in range(1, R):
+            top = max(top, lp[r, b])
+        total = 0.0
+        for r in range(R):
+            total += np.exp(lp[r, b] - top)
+        log_sum = np.log(total)
+        log_norm[i0 + b] = top + log_sum
+        for r in range(R):
+            log_resp[i0 + b, r] = lp[r, b] - top - log_sum
 
 
 def _per_client(values, owners, K):
