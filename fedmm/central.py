@@ -70,7 +70,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-__all__ = ["CentralResult", "central_update", "SOLVERS"]
+__all__ = ["CentralResult", "central_update", "pooling_share", "SOLVERS"]
 
 
 class CentralResult(NamedTuple):
@@ -103,6 +103,16 @@ class CentralResult(NamedTuple):
 
 
 SOLVERS = ("irls", "irls-numpy", "alternating")
+
+
+def pooling_share(central):
+    """``s_kr = min(1, threshold_kr / distance_kr)`` (K, R): how far each client's component moved to the centre.
+
+    The solution is ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_kr`` (the group soft-threshold), ``s = 1``
+    exactly when pooled, and the centre is the mean of the ``theta_kr`` weighted by ``n_k s_kr``.
+    """
+    with np.errstate(divide="ignore"):
+        return np.where(central.pooled, 1.0, np.minimum(1.0, central.threshold / central.distance))
 
 
 def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, max_iter=1000):

@@ -602,9 +602,10 @@ _SHARED_PARAMS_DOC = """
         (scaled to equal ``n_k`` under uniform proportions), which pools small
         components at their own noise level (``docs/fedgrem.md``).
     pool_variances : {True, False, "robust"}, default=True
-        FedGrEM with estimated variances: True, a component pooled onto the
-        centre also takes the pooled variance (the pooled M-step at the common
-        mean, :func:`fedmm.algorithms.fedgrem.pool_variances`); False keeps
+        FedGrEM with estimated variances: True, each variance moves towards
+        the pooled variance as far as its mean moved towards the centre, so a
+        component pooled onto the centre takes the pooled variance (the pooled
+        M-step at the common mean, :func:`fedmm.algorithms.fedgrem.pool_variances`); False keeps
         every client's own; "robust", the variances (covariances, noise
         variances) get their own robust central update on log-variances
         (:func:`fedmm.algorithms.fedgrem.robust_scale`), pooled where they are

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from fedmm.central import central_update
+from fedmm.central import central_update, pooling_share
 
 problems = st.tuples(st.integers(2, 8), st.integers(1, 3), st.integers(1, 4), st.integers(0, 10 ** 6),
                      st.sampled_from([0.1, 1.0, 5.0, 30.0]), st.booleans())
@@ -204,3 +204,23 @@ def test_infinite_penalty_in_the_information_metric_gives_the_pooled_least_squar
 def test_a_metric_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="metric must have shape"):
         central_update(np.zeros((3, 2, 4)), np.ones(3), 1.0, metric=np.zeros((3, 2, 4)))
+
+
+@given(args=problems, metric=st.booleans())
+def test_the_pooling_share_moves_each_client_that_far_to_the_centre(args, metric):
+    """nu_k = s_k nu_bar + (1 - s_k) theta_k, s = 1 exactly when pooled, and the centre is the mean of the
+    theta_k weighted by n_k s_k (in the metric, if given)."""
+    K, R, p, seed, lam, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    G = _metric(K, R, p, seed) if metric else None
+    res = central_update(theta, n_k, lam, metric=G, max_iter=200_000)
+    s = pooling_share(res)
+    assert np.all((s == 1.0) == res.pooled) and np.all((s > 0) & (s <= 1))
+    size = 1 + np.abs(theta).max()
+    np.testing.assert_allclose(res.nu, s[..., None] * res.center + (1 - s[..., None]) * theta, atol=1e-8 * size)
+    w = n_k[:, None] * s
+    if G is None:
+        center = (w[..., None] * theta).sum(axis=0) / w.sum(axis=0)[:, None]
+    else:
+        center = np.linalg.solve(np.einsum("kr,krij->rij", w, G), np.einsum("kr,krij,krj->ri", w, G, theta)[..., None])[..., 0]
+    np.testing.assert_allclose(res.center, center, atol=1e-6 * size)
