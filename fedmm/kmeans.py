@@ -37,9 +37,15 @@ def n_uniforms(n_components):
     return 1 + (n_components - 1) * n_trials(n_components)
 
 
-def seeding_uniforms(seed, n_components):
-    """The uniforms a client with ``seed`` seeds with (``RandomState(seed)``'s first ones)."""
-    return np.random.RandomState(seed).random_sample(n_uniforms(n_components))
+def seeding_uniforms(seeds, n_components):
+    """The uniforms each client seeds with: ``RandomState(seed)``'s first ones, one row per seed
+    (one generator reseeded per client: constructing one per client cost 0.14 ms each)."""
+    rng = np.random.RandomState()
+    out = np.empty((len(seeds), n_uniforms(n_components)))
+    for row, seed in zip(out, seeds):
+        rng.seed(seed)
+        row[:] = rng.random_sample(len(row))
+    return out
 
 
 def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER):

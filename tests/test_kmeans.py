@@ -16,7 +16,7 @@ def test_the_compiled_batch_equals_the_numpy_reference_client_by_client(sizes, d
     R = min(R, min(sizes))
     X = [rng.standard_normal((n, d)) + 3 * rng.randint(0, 2, (n, 1)) for n in sizes]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    U = np.array([seeding_uniforms(seed + k, R) for k in range(len(sizes))])
+    U = seeding_uniforms(seed + np.arange(len(sizes)), R)
     batch = kmeans_labels_clients(np.vstack(X), offsets, R, U)
     np.testing.assert_array_equal(batch, np.concatenate([kmeans_labels(x, R, u) for x, u in zip(X, U)]))
     assert batch.min() >= 0 and batch.max() < R
@@ -39,16 +39,16 @@ def test_the_clusterings_are_as_good_as_scikit_learns():
 
     def inertia(x, labels):
         return sum(((x[labels == r] - x[labels == r].mean(axis=0)) ** 2).sum() for r in np.unique(labels))
-    ours = np.mean([inertia(x, kmeans_labels(x, 5, seeding_uniforms(s, 5))) for x in X for s in range(10)])
+    ours = np.mean([inertia(x, kmeans_labels(x, 5, seeding_uniforms([s], 5)[0])) for x in X for s in range(10)])
     theirs = np.mean([inertia(x, KMeans(5, n_init=1, random_state=s).fit(x).labels_) for x in X for s in range(10)])
     assert ours <= 1.02 * theirs
 
 
 def test_repeated_rows_leave_no_label_out_of_range():
     X = np.repeat(np.arange(3.0)[:, None], 10, axis=0)            # 30 rows, 3 distinct points, R = 5
-    labels = kmeans_labels_clients(X, [0, 30], 5, seeding_uniforms(0, 5)[None])
+    labels = kmeans_labels_clients(X, [0, 30], 5, seeding_uniforms([0], 5))
     assert labels.min() >= 0 and labels.max() < 5
-    np.testing.assert_array_equal(labels, kmeans_labels(X, 5, seeding_uniforms(0, 5)))
+    np.testing.assert_array_equal(labels, kmeans_labels(X, 5, seeding_uniforms([0], 5)[0]))
 
 
 def test_lloyd_stops_where_scikit_learn_does():
@@ -56,7 +56,13 @@ def test_lloyd_stops_where_scikit_learn_does():
     centres move less than 1e-4 times the mean variance, and from the same centres reach the same labels."""
     X = np.random.RandomState(3).standard_normal((3000, 4))
     for seed in range(3):
-        centers = kmeans_plus_plus(X, 5, seeding_uniforms(seed, 5))
+        centers = kmeans_plus_plus(X, 5, seeding_uniforms([seed], 5)[0])
         theirs = KMeans(5, init=centers, n_init=1, algorithm="lloyd").fit(X)
         assert 5 < theirs.n_iter_ < 300
         np.testing.assert_array_equal(lloyd_labels(X, centers), theirs.labels_)
+
+
+def test_each_clients_uniforms_are_its_own_generators_first_ones():
+    U = seeding_uniforms([7, 0, 7, 2 ** 32 - 1], 5)
+    for row, seed in zip(U, [7, 0, 7, 2 ** 32 - 1]):
+        np.testing.assert_array_equal(row, np.random.RandomState(seed).random_sample(U.shape[1]))

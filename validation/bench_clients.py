@@ -8,12 +8,16 @@ time per client across K (linear growth: about constant). The issue's targets: K
 20 s and at most 10x pooled EM. Exits non-zero when K = 10,000 misses either (full form only).
 
     python validation/bench_clients.py [--quick] [--sizes 1000,10000,100000]   # quick: K = 300, 1000 (no targets)
+
+The full form draws the times against K (``docs/img/performance_clients.png``).
 """
 
 import argparse
 import sys
 import time
 import warnings
+
+from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -22,6 +26,7 @@ from fedmm import FederatedGaussianMixture
 from fedmm.kmeans import kmeans_labels_clients, seeding_uniforms
 
 N, D, R = 50, 10, 5
+FIGURE = Path(__file__).resolve().parents[1] / "docs/img/performance_clients.png"
 
 
 def clients(K, seed=0):
@@ -38,9 +43,33 @@ def seconds(fn):
     return time.perf_counter() - start
 
 
+def plot(results, path):
+    """Fit times against K, log-log, with a line of slope 1 through the first FedGrEM time (linear growth)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    K = np.array(sorted(results))
+    fed, pooled, sk = (np.array([results[k][i] for k in K]) for i in range(3))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(K, fed, "o-", label="fedmm fedgrem fit (starts, alignment, rounds)")
+    ax.plot(K, pooled, "s-", label="fedmm pooled-em fit")
+    ax.plot(K, sk, "^:", label="one scikit-learn KMeans per client (extrapolated)")
+    ax.plot(K, fed[0] * K / K[0], "k--", lw=0.8, label="linear in K")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"K clients of n = {N} (d = {D}, R = {R})")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--figure", default=str(FIGURE))
     parser.add_argument("--sizes", default=None, help="comma-separated K (default 1000,3000,10000; quick 300,1000)")
     args = parser.parse_args(argv)
     sizes = tuple(int(k) for k in args.sizes.split(",")) if args.sizes else \
@@ -56,17 +85,20 @@ def main(argv=None):
             X = clients(K)
             fed = seconds(lambda: FederatedGaussianMixture(R, method="fedgrem", random_state=0).fit(X))
             pooled = seconds(lambda: FederatedGaussianMixture(R, method="pooled-em", random_state=0).fit(X))
-            U = np.array([seeding_uniforms(s, R) for s in range(K)])
+            U = seeding_uniforms(range(K), R)
             offsets = np.arange(K + 1) * N
             ours = seconds(lambda: kmeans_labels_clients(np.vstack(X), offsets, R, U))
             few = min(K, 50)
             sk = seconds(lambda: [KMeans(R, n_init=1, random_state=s).fit(X[s]) for s in range(few)]) * K / few
-            results[K] = fed, pooled
+            results[K] = fed, pooled, sk
             print(f"| {K} | {fed:.2f} | {1e3 * fed / K:.2f} | {ours:.3f} | {sk:.1f} | {pooled:.2f} | "
                   f"{fed / pooled:.1f} |", flush=True)
+    if not args.quick and len(results) > 1:
+        plot(results, args.figure)
+        print(f"figure: {args.figure}")
     if args.quick or 10_000 not in results:
         return 0
-    fed, pooled = results[10_000]
+    fed, pooled, _ = results[10_000]
     checks = [(f"K = 10,000 fedgrem fit {fed:.1f} s <= 20 s", fed <= 20.0),
               (f"K = 10,000 fedgrem / pooled-em {fed / pooled:.1f} <= 10", fed / pooled <= 10.0)]
     print("\n" + "\n".join(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks))

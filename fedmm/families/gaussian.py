@@ -216,7 +216,7 @@ class GaussianFamily(Family):
     def initial_resp_clients(self, data, n_components, seeds):
         """Every client's k-means labels in one compiled call (:func:`fedmm.kmeans.kmeans_labels_clients`),
         each from its own seed: the numbers :meth:`initial_resp` gives client by client."""
-        uniforms = np.array([kmeans.seeding_uniforms(seed, n_components) for seed in seeds])
+        uniforms = kmeans.seeding_uniforms(seeds, n_components)
         return one_hot(kmeans.kmeans_labels_clients(data.X, data.offsets, n_components, uniforms), n_components)
 
     def sample(self, theta, scale, labels, random_state, X=None):
