@@ -35,7 +35,7 @@ __all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumption
 ALIGNMENT_METHODS = ("consensus", "stepwise", "greedy", "exhaustive")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Alignment:
     """Result of an alignment.
 
@@ -45,7 +45,8 @@ class Alignment:
         ``theta[k, perms[k]]`` is client ``k``'s estimate in the common labelling.
     method : str
     theta : ndarray of shape (K, R, p)
-        The estimates that were aligned.
+        The estimates that were aligned (a fitted estimator's ``alignment_``: in its internal standard
+        units, :mod:`fedmm.units`, so ``score`` is in those units too).
     score : float
         ``score(theta, perms)`` (App. C.2); smaller is better aligned. Computed when first read: it sums
         over all pairs of clients, ``O(K^2)`` (0.7 s at K = 10,000), which a fit does not need.

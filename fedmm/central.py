@@ -108,7 +108,8 @@ SOLVERS = ("irls", "irls-numpy", "alternating")
 def pooling_share(central):
     """``s_kr = min(1, threshold_kr / distance_kr)`` (K, R): how far each client's component moved to the centre.
 
-    The solution is ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_kr`` (the group soft-threshold), ``s = 1``
+    The solution is ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_kr`` (the group soft-threshold, the ``Delta_k``
+    step of eq. (6) of Algorithm 1), ``s = 1``
     exactly when pooled, and the centre is the mean of the ``theta_kr`` weighted by ``n_k s_kr``.
     """
     with np.errstate(divide="ignore"):

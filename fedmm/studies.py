@@ -23,7 +23,8 @@ from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
 from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
 
-__all__ = ["ALL_METHODS", "BACKENDS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study"]
+__all__ = ["ALL_METHODS", "BACKENDS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study",
+           "plot_timings"]
 
 #: Where a study's fits run: joblib's local processes, or an existing Dask or Ray cluster through joblib.
 BACKENDS = ("loky", "dask", "ray")
@@ -248,6 +249,27 @@ def plot_study(rows, path, metrics=("weight_error", "theta_error"), title=None, 
     axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_timings(x, series, xlabel, path):
+    """Seconds against a size on log-log axes (the benchmarks' figures): ``series`` is a list of
+    ``(seconds, style, label)``, one value per ``x``. Saved to ``path``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for seconds, style, label in series:
+        ax.plot(x, seconds, style, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -16,7 +16,6 @@ import argparse
 import sys
 import time
 import warnings
-
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from sklearn.cluster import KMeans
 
 from fedmm import FederatedGaussianMixture
 from fedmm.kmeans import kmeans_labels_clients, seeding_uniforms
+from fedmm.studies import plot_timings
 
 N, D, R = 50, 10, 5
 FIGURE = Path(__file__).resolve().parents[1] / "docs/img/performance_clients.png"
@@ -45,25 +45,13 @@ def seconds(fn):
 
 def plot(results, path):
     """Fit times against K, log-log, with a line of slope 1 through the first FedGrEM time (linear growth)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     K = np.array(sorted(results))
     fed, pooled, sk = (np.array([results[k][i] for k in K]) for i in range(3))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(K, fed, "o-", label="fedmm fedgrem fit (starts, alignment, rounds)")
-    ax.plot(K, pooled, "s-", label="fedmm pooled-em fit")
-    ax.plot(K, sk, "^:", label="one scikit-learn KMeans per client (extrapolated)")
-    ax.plot(K, fed[0] * K / K[0], "k--", lw=0.8, label="linear in K")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"K clients of n = {N} (d = {D}, R = {R})")
-    ax.set_ylabel("seconds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_timings(K, [(fed, "o-", "fedmm fedgrem fit (starts, alignment, rounds)"),
+                     (pooled, "s-", "fedmm pooled-em fit"),
+                     (sk, "^:", "one scikit-learn KMeans per client (extrapolated)"),
+                     (fed[0] * K / K[0], "k--", "linear in K")],
+                 f"K clients of n = {N} (d = {D}, R = {R})", path)
 
 
 def main(argv=None):

@@ -41,6 +41,7 @@ from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.simulate import make_federated_gmm
+from fedmm.studies import plot_timings
 
 R = 5
 FIGURE = Path(__file__).resolve().parents[1] / "docs/img/performance.png"
@@ -137,27 +138,13 @@ def fedgrem_fit_times(repeats):
 
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [r for r in rows if r["d"] == 10]
-    n = [r["n"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label, style in [("sklearn", "scikit-learn GaussianMixture, one iteration", "s-"),
-                              ("numpy", "fedmm numpy reference, one round", "^-"),
-                              ("numba", "fedmm Numba float64, one round", "o-"),
-                              ("numba32", "fedmm Numba float32, one round", "o--"),
-                              ("memory_pass", "X.sum(axis=0): one pass over memory", "k:")]:
-        ax.plot(n, [r[key] for r in rows], style, label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("n (samples), d = 10, R = 5")
-    ax.set_ylabel("seconds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_timings([r["n"] for r in rows], [([r[key] for r in rows], style, label) for key, label, style in [
+        ("sklearn", "scikit-learn GaussianMixture, one iteration", "s-"),
+        ("numpy", "fedmm numpy reference, one round", "^-"),
+        ("numba", "fedmm Numba float64, one round", "o-"),
+        ("numba32", "fedmm Numba float32, one round", "o--"),
+        ("memory_pass", "X.sum(axis=0): one pass over memory", "k:")]], "n (samples), d = 10, R = 5", path)
 
 
 def main(argv=None):

@@ -205,7 +205,7 @@ def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squ
             _transpose_block(X, i0, nb, xt)
             _gaussian_block(xt, nb, k, const, means, precision, layout, lp, diff, top)
             ll[p] += _posteriors_block(lp, R, nb, top, total, bits)
-            if squares == 2:
+            if squares == 2:  # top is free after the posteriors: it holds ||x||^2 of the block
                 for b in range(nb):
                     top[b] = 0.0
                 for j in range(d):
