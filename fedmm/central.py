@@ -146,7 +146,8 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     theta = np.asarray(theta, dtype=float)
     n_k = np.broadcast_to(np.asarray(n_k, dtype=float).reshape(len(theta), -1), theta.shape[:2])
-    threshold = lam / np.sqrt(n_k)                                                 # (K, R)
+    with np.errstate(divide="ignore"):
+        threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
     scale = 1.0 + np.abs(theta).max()
     # Both schemes start from Delta = 0 (App. B.1, step (i)): the n_k-weighted mean.
     if metric is not None:
@@ -206,7 +207,8 @@ def _irls(theta, n_k, lam, center, tol, max_iter):
                     distance += (theta[k, r, j] - center[r, j]) ** 2
                 distance = np.sqrt(distance)
                 root = np.sqrt(n_k[k, r])
-                omega = n_k[k, r] if distance <= lam / root else root * lam / distance
+                # distance <= lam / root, written so that an empty component (n_k = 0) weighs nothing.
+                omega = n_k[k, r] if distance * root <= lam else root * lam / distance
                 total += omega
                 for j in range(p):
                     new[r, j] += omega * theta[k, r, j]

@@ -224,3 +224,20 @@ def test_the_pooling_share_moves_each_client_that_far_to_the_centre(args, metric
     else:
         center = np.linalg.solve(np.einsum("kr,krij->rij", w, G), np.einsum("kr,krij,krj->ri", w, G, theta)[..., None])[..., 0]
     np.testing.assert_allclose(res.center, center, atol=1e-6 * size)
+
+
+@pytest.mark.parametrize("solver", ["irls", "irls-numpy", "alternating"])
+def test_an_empty_component_weighs_nothing(solver):
+    """Per-component sizes ``n_k w_kr`` are 0 for a component a client does not have (found with
+    ``pooling_sizes="component"``: the compiled loop divided by zero). It must not move the centre."""
+    rng = np.random.RandomState(0)
+    theta = rng.randn(5, 2, 3)
+    n_k = np.full((5, 2), 100.0)
+    n_k[0, 1] = 0.0
+    theta_far = theta.copy()
+    theta_far[0, 1] += 50.0
+    a = central_update(theta, n_k, 2.0, solver=solver)
+    b = central_update(theta_far, n_k, 2.0, solver=solver)
+    assert np.all(np.isfinite(a.center))
+    np.testing.assert_allclose(a.center, b.center, atol=1e-7)
+    np.testing.assert_allclose(a.center[1], central_update(theta[1:, 1:], n_k[1:, 1:], 2.0).center[0], atol=1e-7)
