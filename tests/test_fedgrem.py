@@ -78,7 +78,7 @@ def test_an_outlier_client_is_not_pooled_and_is_ranked_first():
     X, truth = make_federated_gmm(8, 300, centers=CENTERS, h=0.0, random_state=2)
     X[5] = 3.0 * np.random.RandomState(0).randn(300, 2) + 20.0
     gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", init="local-em", n_init=3,
-                                  max_iter=500, tol=1e-6, random_state=0).fit(X)
+                                  penalty="paper", max_iter=500, tol=1e-6, random_state=0).fit(X)
     assert not gm.pooled_[5].any()
     assert gm.suspected_outliers_[0] == 5
     assert gm.outlier_scores_[5] > 10 * np.delete(gm.outlier_scores_, 5).max()

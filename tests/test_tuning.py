@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
@@ -10,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import PENALTY_GRID, first_best, holdout_split, trimmed_mean
+from fedmm.tuning import PENALTY_GRID, SURE_GRID, first_best, holdout_split, sure_penalty, sure_risk, trimmed_mean
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -57,3 +58,60 @@ def test_first_best_keeps_the_earlier_of_ties_up_to_rounding():
     assert first_best([-3.0, -2.9]) == 1
     scores = np.array([[1.0, 2.0], [1.0 + 1e-12, 1.0]])  # (starts, clients)
     np.testing.assert_array_equal(first_best(scores, axis=0), [0, 0])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.01, 10.0), st.floats(0.01, 10.0), st.floats(1e-3, 10.0), st.integers(1, 20))
+def test_sure_risk_at_the_ends(distance, threshold, v, p):
+    """Threshold 0 keeps ``theta``: risk ``p v`` exactly; a threshold beyond the distance gives the
+    centre, whose squared error is ``D^2 - p v`` in expectation (``E D^2 = ||mu - c||^2 + p v``)."""
+    assert sure_risk(distance, 0.0, v, p) == np.float64(p * v)
+    assert sure_risk(distance, distance + threshold, v, p) == pytest.approx(distance ** 2 - p * v)
+
+
+@pytest.mark.parametrize("threshold", [0.3, 1.0, 2.5])
+def test_sure_risk_is_unbiased_for_the_group_soft_threshold(threshold):
+    """The mean of SURE over draws of ``theta ~ N(mu, v I)`` equals the mean squared error of
+    ``c + (1 - t / D)_+ (theta - c)`` (Stein 1981), within four standard errors of the paired difference."""
+    rng = np.random.RandomState(0)
+    p, v, n = 5, 0.3, 40000
+    mu, c = np.ones(p), np.ones(p) + 0.4 * rng.randn(p)
+    theta = mu + np.sqrt(v) * rng.randn(n, p)
+    D = np.linalg.norm(theta - c, axis=1)
+    nu = c + np.maximum(1 - threshold / D, 0)[:, None] * (theta - c)
+    diff = sure_risk(D, threshold, v, p) - ((nu - mu) ** 2).sum(axis=1)
+    assert abs(diff.mean()) < 4 * diff.std() / np.sqrt(n)
+    # Not vacuous: the risk of keeping theta (p v = 1.5) or of the centre differs from this one's.
+    assert abs(((nu - mu) ** 2).sum(axis=1).mean() - p * v) > 0.1
+
+
+def _sure_design(K=20, R=3, p=4, N=50.0, h=0.0, seed=0):
+    """Distances of K clients' estimates (variance 1 / N per coordinate) from the centre, at spread h."""
+    rng = np.random.RandomState(seed)
+    offsets = rng.randn(K, R, p)
+    offsets *= h / np.linalg.norm(offsets, axis=-1, keepdims=True)
+    theta = offsets + rng.randn(K, R, p) / np.sqrt(N)
+    return np.linalg.norm(theta - theta.mean(axis=0), axis=-1), np.full(K, 150.0), np.full((K, R), N), p
+
+
+def test_sure_penalty_pools_alike_clients_and_keeps_different_ones_apart():
+    D, sizes, N, p = _sure_design(h=0.0)
+    lam = sure_penalty(D, sizes, N, p)
+    assert (D <= lam / np.sqrt(150)).mean() >= 0.9
+    D, sizes, N, p = _sure_design(h=2.0)       # 2 against a noise norm of sqrt(4 / 50) = 0.28
+    lam = sure_penalty(D, sizes, N, p)
+    assert (D <= lam / np.sqrt(150)).mean() == 0
+    assert lam / np.sqrt(150) < 0.5 * np.sqrt(p / 50)
+
+
+def test_sure_penalty_is_not_decided_by_outliers_or_empty_components():
+    D, sizes, N, p = _sure_design(h=0.0)
+    lam = sure_penalty(D, sizes, N, p)
+    far = D.copy()
+    far[:4] = 100.0                            # four outlier clients (trim: floor(0.2 * 20) = 4)
+    assert sure_penalty(far, sizes, N, p) == lam
+    assert sure_penalty(far, sizes, N, p, trim=0.0) < lam
+    empty = N.copy()
+    empty[:4, 0], D[:4, 0] = 1e-9, 100.0       # nearly empty components far away
+    assert sure_penalty(D, sizes, empty, p) == lam
+    assert sure_penalty(D, sizes, np.full_like(N, 0.5), p) == SURE_GRID[-1]

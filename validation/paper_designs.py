@@ -2,14 +2,15 @@
 
 GMM design (``--model gmm``): K = 10, n = 150, d = 10, R = 5, one outlier client (N(2 * 1, 3 I)),
 h in {0, 1}; FedGrEM with default settings (diagonal covariances, trimmed pooled start, the
-paper's penalty schedule), with ``penalty="auto"``, and with the paper's model and start
-(identity covariance, local-EM start). Target (item 5): defaults at most 0.35 at h = 0 and at
-most 0.95 at h = 1 (mean over seeds of the maximum error of the means over honest clients).
+paper's penalty schedule), with the penalty chosen by SURE every round (``penalty="sure"``), with
+``penalty="auto"``, and with the paper's model, start and schedule (identity covariance, local-EM
+start). Target (item 5): defaults at most 0.35 at h = 0 and at most 0.95 at h = 1 (mean over seeds
+of the maximum error of the means over honest clients).
 
 MoR design (``--model mor``): R = 5, p = 10, n = 150, K = 10; FedGrEM, pooled EM and local EM
-with fedmm's defaults (intercept, per-component noise variances) and with the paper's model (no
-intercept, unit noise), at h = 0 with one outlier client (``y = x^T 3 1 + e``), at h = 0 without
-it, and at h = 2 with it. Targets (item 4): FedGrEM at most 0.3 at h = 0 (one outlier); pooled
+with fedmm's defaults (intercept, per-component noise variances, the paper's penalty schedule),
+with ``penalty="sure"``, and with the paper's model and schedule (no intercept, unit noise), at
+h = 0 with one outlier client (``y = x^T 3 1 + e``), at h = 0 without it, and at h = 2 with it. Targets (item 4): FedGrEM at most 0.3 at h = 0 (one outlier); pooled
 EM below 1.0 at h = 0; at h = 2 FedGrEM no worse than local EM.
 
 What is possible on the MoR design: with n = 150 per client and R = 5 components of p = 10
@@ -36,12 +37,15 @@ from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 DESIGNS = {
-    "gmm": dict(rows={"defaults": {}, "defaults, penalty='auto'": dict(penalty="auto"),
-                      "paper model and start": dict(covariance_type="identity", init="local-em")},
+    "gmm": dict(rows={"defaults": {}, "defaults, penalty='sure'": dict(penalty="sure"),
+                      "defaults, penalty='auto'": dict(penalty="auto"),
+                      "paper model, start and penalty": dict(covariance_type="identity", init="local-em",
+                                                             penalty="paper")},
                 cases={"h=0, one outlier": dict(h=0.0, outlier_clients=[9]),
                        "h=1, one outlier": dict(h=1.0, outlier_clients=[9])},
                 methods=("fedgrem",)),
-    "mor": dict(rows={"defaults": {}, "paper model": dict(fit_intercept=False, noise_variance=1.0)},
+    "mor": dict(rows={"defaults": {}, "defaults, penalty='sure'": dict(penalty="sure"),
+                      "paper model and penalty": dict(fit_intercept=False, noise_variance=1.0, penalty="paper")},
                 cases={"h=0, one outlier": dict(h=0.0, outlier_clients=[9]), "h=0, no outlier": dict(h=0.0),
                        "h=2, one outlier": dict(h=2.0, outlier_clients=[9])},
                 methods=("fedgrem", "pooled-em", "local-em")),
@@ -52,10 +56,12 @@ def max_error(model, method, case, options, seed):
     """Maximum error of the component parameters over the honest clients of one simulated fit."""
     if model == "gmm":
         X, truth = make_federated_gmm(random_state=seed, **case)
+        options = FederatedGaussianMixture.options_for(method, options)
         est = FederatedGaussianMixture(5, method=method, random_state=seed, **options).fit(X)
         theta = est.means_
     else:
         X, y, truth = make_federated_mor(random_state=seed, **case)
+        options = FederatedMixtureRegression.options_for(method, options)
         est = FederatedMixtureRegression(5, method=method, random_state=seed, **options).fit(X, y)
         theta = est.coef_
     _, err = estimation_errors(est.weights_, theta, truth.weights, truth.theta)

@@ -34,7 +34,7 @@ import numpy as np
 from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import mixing_schedule
-from .fedgrem import Consensus, FedGrEM, penalty_schedule
+from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule
 
 
 class DFedGrEMState(NamedTuple):
@@ -97,15 +97,18 @@ class DFedGrEM(FedGrEM):
         for k in range(len(messages.n)):
             near = neighbourhood(W, k)
             K, n = len(near), messages.n[near].mean()
-            lam = penalty_schedule(self.penalty, self.penalty_params, p, K, n)(t)
+            # penalty="sure": the pilot is the client's last lambda (the schedule's in round 1).
+            scheduled = penalty_schedule(self.penalty, self.penalty_params, p, K, n)(t)
+            lam = state.lam[k] if self.penalty == "sure" and t > 1 else scheduled
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
-            params, central, sigma, scale_pooled, warned = self._pool(take(messages, near), family, lam, lam_scale,
-                                                                     t, warned)
+            params, central, sigma, scale_pooled, warned, lam = self._pool(take(messages, near), family, lam,
+                                                                          lam_scale, t, warned)
             i = np.searchsorted(near, k)
             rows.append(take(params, i))
             accounts.append(Consensus(central.center[None] * sigma, central.pooled[i:i + 1],
                                       central.distance[i:i + 1], central.threshold[i:i + 1],
-                                      np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1]))
+                                      np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1],
+                                      np.array([[objective_scale(lam, scheduled)]])))
             lams.append(lam)
             iterations = max(iterations, central.n_iter)
         params = stack(rows)

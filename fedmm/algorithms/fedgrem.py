@@ -21,9 +21,10 @@ from sklearn.exceptions import ConvergenceWarning
 from ..central import CentralResult, central_update, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
+from ..tuning import sure_penalty
 from ._base import GradientStrategy
 
-PENALTIES = ("paper", "theory")
+PENALTIES = ("paper", "sure", "theory")
 POOLING_SIZES = ("client", "component")
 
 
@@ -32,6 +33,8 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
 
     - ``"paper"`` (App. B.1): ``lambda_0 = 1``, ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``
       with ``kappa = 0.1``, ``C = 2`` (override with ``penalty_params``: ``lambda0``, ``kappa``, ``C``);
+    - ``"sure"``: chosen every round from the data (:func:`fedmm.tuning.sure_penalty`, in
+      :meth:`FedGrEM.server_step`); the schedule is then the paper's, used for the first round's pilot;
     - ``"theory"`` (App. A, Assumption A.7): ``lambda_0 = (15/119) sqrt(n) (r_w + r_theta)``,
       ``lambda_t = kappa0 lambda_{t-1} + 15 sqrt(n) (W + 2 eta_bar E1)``, with every constant
       (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) given in ``penalty_params``
@@ -46,7 +49,7 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
         if penalty < 0:
             raise ValueError(f"A constant penalty must be >= 0, got {penalty}.")
         return lambda t: float(penalty)
-    if penalty == "paper":
+    if penalty in ("paper", "sure"):
         lam0, kappa = params.pop("lambda0", 1.0), params.pop("kappa", 0.1)
         increment = params.pop("C", 2.0) * np.sqrt(p + np.log(K))
     elif penalty == "theory":
@@ -140,6 +143,11 @@ def robust_scale(family, scale, sizes, lam, n_features, **solver):
     return np.broadcast_to(pooled_scale, scale.shape).copy(), np.broadcast_to(central.pooled, (len(scale), R)).copy()
 
 
+def objective_scale(lam, lam_objective):
+    """``lambda_objective / lambda`` (1 when they are equal, also at 0 or infinity)."""
+    return 1.0 if lam == lam_objective else lam_objective / lam
+
+
 class Consensus(NamedTuple):
     """FedGrEM's account of its last central update (noise units: ``theta / sigma_r``, :func:`noise_scale`).
 
@@ -157,6 +165,10 @@ class Consensus(NamedTuple):
         ``sqrt(n_k) lambda_T``: ``n_k`` times the client's threshold.
     pooled_scale : ndarray of shape (K, R), bool
         Whose variances sit on the consensus (with the means, or by :func:`robust_scale`).
+    objective_scale : ndarray of shape (K, 1)
+        ``lambda_objective / lambda_T``: the penalty by which runs and restarts are compared
+        (:func:`_penalized_loglik`) relative to the one used. 1, except under ``penalty="sure"``, where
+        ``lambda_T`` is chosen every round and the comparison keeps the schedule's.
     """
 
     center: np.ndarray
@@ -165,6 +177,7 @@ class Consensus(NamedTuple):
     threshold: np.ndarray
     sqrt_n_lambda: np.ndarray
     pooled_scale: np.ndarray
+    objective_scale: np.ndarray
 
 
 class FedGrEMState(NamedTuple):
@@ -176,6 +189,7 @@ class FedGrEMState(NamedTuple):
     schedule: Callable
     scale_schedule: Callable
     lam: float = np.nan
+    lam_objective: float = np.nan
     central: CentralResult | None = None
     sigma: np.ndarray | None = None
     scale_pooled: np.ndarray | None = None
@@ -257,18 +271,29 @@ class FedGrEM(GradientStrategy):
         return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule)
 
     def server_step(self, messages, state, t):
-        lam = state.schedule(t)
-        params, central, sigma, scale_pooled, warned = self._pool(messages, state.family, lam, state.scale_schedule(t),
-                                                                 t, state.warned)
-        return Broadcast(params), state._replace(lam=lam, central=central, sigma=sigma, scale_pooled=scale_pooled,
-                                                 warned=warned)
+        # penalty="sure": the pilot is last round's lambda (the schedule's in round 1).
+        lam = state.lam if self.penalty == "sure" and t > 1 else state.schedule(t)
+        params, central, sigma, scale_pooled, warned, lam = self._pool(messages, state.family, lam,
+                                                                      state.scale_schedule(t), t, state.warned)
+        return Broadcast(params), state._replace(lam=lam, lam_objective=state.schedule(t), central=central,
+                                                 sigma=sigma, scale_pooled=scale_pooled, warned=warned)
 
     def _pool(self, messages, family, lam, lam_scale, t, warned):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
-        ``(params, central, sigma, scale_pooled, warned)``, for the clients whose ``messages`` are given."""
+        ``(params, central, sigma, scale_pooled, warned, lam)``, for the clients whose ``messages`` are given.
+
+        With ``penalty="sure"``, ``lam`` is a pilot: its update's distances to the centre choose the round's
+        ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs.
+        """
         sigma = noise_scale(family.coordinate_variances(messages.scale))
-        central = central_update(messages.theta / sigma, self._sizes(messages.n, messages.weights), lam,
-                                 metric=family.central_metric(messages.stats), tol=self.central_tol, max_iter=self.central_max_iter)
+        theta, sizes, metric = messages.theta / sigma, self._sizes(messages.n, messages.weights), \
+            family.central_metric(messages.stats)
+        solve = dict(metric=metric, tol=self.central_tol, max_iter=self.central_max_iter)
+        central = central_update(theta, sizes, lam, **solve)
+        if self.penalty == "sure":
+            pilot, lam = lam, sure_penalty(central.distance, sizes, messages.stats.N, theta.shape[-1])
+            if lam != pilot:
+                central = central_update(theta, sizes, lam, **solve)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -287,7 +312,7 @@ class FedGrEM(GradientStrategy):
         elif self.pool_variances and family.scale_per_component:
             scale = pool_variances(scale, messages.stats.N, pooling_share(central))
             scale_pooled = central.pooled
-        return MixtureParams(messages.weights, nu, scale), central, sigma, scale_pooled, warned
+        return MixtureParams(messages.weights, nu, scale), central, sigma, scale_pooled, warned, lam
 
     def _sizes(self, n_k, weights):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
@@ -302,8 +327,9 @@ class FedGrEM(GradientStrategy):
 
     def diagnostics(self, state):
         c = state.central
-        return Consensus(c.center * state.sigma, c.pooled, c.distance, c.threshold,
-                         state.lam * np.sqrt(state.n_k)[:, None], state.scale_pooled)
+        n_k = state.n_k[:, None]
+        return Consensus(c.center * state.sigma, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k),
+                         state.scale_pooled, np.full_like(n_k, objective_scale(state.lam, state.lam_objective)))
 
     def center(self, diagnostics):
         return diagnostics.center
@@ -393,11 +419,13 @@ def _penalized_loglik(result):
     curvature ``n_k w_r`` (the gradient step scales component ``r`` by
     ``1 / w_r``), so each component's penalty carries its weight. An empty
     component therefore earns nothing by sitting at the centre.
-    ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold.
+    ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold. Runs are compared at one ``lambda``:
+    under ``penalty="sure"`` the schedule's (``Consensus.objective_scale``), since a run whose clients
+    drifted apart would otherwise choose a small ``lambda`` and be charged little for it.
     """
     c = result.diagnostics
-    gap = np.maximum(c.distance - c.threshold, 0.0)
+    gap = np.maximum(c.distance - c.threshold * c.objective_scale, 0.0)
     # A pooled component pays nothing, also under an infinite penalty (inf * 0 would be NaN).
     with np.errstate(invalid="ignore"):
-        penalty = np.where(gap > 0, c.sqrt_n_lambda * result.params.weights * gap, 0.0)
+        penalty = np.where(gap > 0, c.sqrt_n_lambda * c.objective_scale * result.params.weights * gap, 0.0)
     return result.loglik - penalty.sum(axis=1)
