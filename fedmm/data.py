@@ -171,7 +171,9 @@ class FederatedData:
             ys = [_check_client_y(yk, Xk.shape[0], _name(k, client_ids[k]), None if rows is None else rows[k])
                   for k, (Xk, yk) in enumerate(zip(Xs, ys))]
         offsets = np.concatenate([[0], np.cumsum([len(Xk) for Xk in Xs])]).astype(np.intp)
-        X_all = np.ascontiguousarray(np.concatenate(Xs), dtype=np.float64)
+        # float32 input stays float32 (half the memory; the kernels sum in float64), as scikit-learn's KMeans does.
+        dtype = np.float32 if all(Xk.dtype == np.float32 for Xk in Xs) else np.float64
+        X_all = np.ascontiguousarray(np.concatenate(Xs), dtype=dtype)
         y_all = None if ys is None else np.ascontiguousarray(np.concatenate(ys), dtype=np.float64)
         return cls(X_all, y_all, offsets, np.asarray(client_ids), order, names)
 

@@ -876,7 +876,8 @@ class FederatedGaussianMixture(_FederatedMixture):
         Parameters
         ----------
         X : list of array-like of shape (n_k, n_features), or array-like of shape (n, n_features)
-            One array per client, or all samples with ``groups``.
+            One array per client, or all samples with ``groups``. Float32 arrays are stored and read
+            in float32 (half the memory; sums and parameters in float64), anything else in float64.
         y : ignored
         groups : array-like of shape (n,), optional
             The client id of every row when ``X`` is one array.
@@ -1096,6 +1097,8 @@ class FederatedMixtureRegression(_FederatedMixture):
         Parameters
         ----------
         X : list of array-like of shape (n_k, n_features), or array-like of shape (n, n_features)
+            Float32 arrays are stored and read in float32, anything else in float64 (as for
+            :meth:`FederatedGaussianMixture.fit`).
         y : list of array-like of shape (n_k,), or array-like of shape (n,)
         groups : array-like of shape (n,), optional
             The client id of every row when ``X`` is one array.

@@ -56,9 +56,21 @@ class Moments(NamedTuple):
     y_second: float | None
 
 
+#: Rows of float32 data converted to float64 at a time for the moments.
+_CHUNK = 65536
+
+
 def client_sums(data):
-    """One client's sums ``{"n", "sum_x", "sum_xx"[, "sum_y", "sum_yy"]}``: what it sends for the moments."""
-    sums = {"n": np.array([float(len(data.X))]), "sum_x": data.X.sum(axis=0), "sum_xx": data.X.T @ data.X}
+    """One client's sums ``{"n", "sum_x", "sum_xx"[, "sum_y", "sum_yy"]}``: what it sends for the moments.
+
+    Accumulated in float64 also for float32 data (in chunks, not a float64 copy): the variance
+    ``sum_xx / n - mean^2`` cancels, and float32 sums of a million rows far from 0 would leave noise.
+    """
+    sum_x, sum_xx = 0.0, 0.0
+    for start in range(0, len(data.X), _CHUNK):
+        X = data.X[start:start + _CHUNK].astype(np.float64, copy=False)
+        sum_x, sum_xx = sum_x + X.sum(axis=0), sum_xx + X.T @ X
+    sums = {"n": np.array([float(len(data.X))]), "sum_x": sum_x, "sum_xx": sum_xx}
     if data.y is not None:
         sums.update(sum_y=np.array([data.y.sum()]), sum_yy=np.array([data.y @ data.y]))
     return sums
@@ -101,14 +113,17 @@ class Units(NamedTuple):
         return cls(np.zeros(d), np.eye(d))
 
     def transform(self, data):
-        """The data in standard units (same clients and order); the data themselves when nothing changes."""
-        diagonal = np.diag(self.x_map)
+        """The data in standard units (same clients and order); the data themselves when nothing changes.
+
+        Computed in the data's own precision, so float32 data stay float32 (:class:`fedmm.data.FederatedData`).
+        """
+        diagonal, dtype = np.diag(self.x_map), data.X.dtype
         if np.array_equal(self.x_map, np.diag(diagonal)):
             if not self.x_shift.any() and np.all(diagonal == 1.0) and self.y_shift == 0.0 and self.y_scale == 1.0:
                 return data
-            X = np.ascontiguousarray((data.X - self.x_shift) * diagonal)   # O(n d), not a product
+            X = np.ascontiguousarray((data.X - self.x_shift.astype(dtype)) * diagonal.astype(dtype))  # O(n d)
         else:
-            X = np.ascontiguousarray((data.X - self.x_shift) @ self.x_map)
+            X = np.ascontiguousarray((data.X - self.x_shift.astype(dtype)) @ self.x_map.astype(dtype))
         y = None if data.y is None else (data.y - self.y_shift) / self.y_scale
         return type(data)(X, y, data.offsets, data.client_ids, data.order)
 

@@ -87,3 +87,10 @@ def test_too_few_samples(rng):
         data.check_components(3, per_client=False)
     with pytest.raises(ValueError, match="12 samples in all cannot fit 13 components"):
         data.check_components(13, per_client=False)
+
+
+def test_float32_input_is_stored_as_float32_and_anything_else_as_float64(rng):
+    X = [rng.randn(5, 2).astype(np.float32), rng.randn(4, 2).astype(np.float32)]
+    assert FederatedData.from_input(X).X.dtype == np.float32
+    assert FederatedData.from_input([X[0], X[1].astype(np.float64)]).X.dtype == np.float64
+    assert FederatedData.from_input([x.astype(int) for x in X]).X.dtype == np.float64

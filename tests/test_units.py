@@ -12,7 +12,8 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import METHODS
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
-from fedmm.units import pooled_moments
+from fedmm.simulate import make_federated_gmm, make_federated_mor
+from fedmm.units import Units, pooled_moments
 
 CENTERS = np.array([[0.0, 0.0], [6.0, 1.0], [1.0, 7.0]])
 COEFS = np.array([[2.0, -1.0], [-2.0, 2.0]])
@@ -201,3 +202,34 @@ def test_extreme_units_give_the_same_fit(scale):
     for labels, labels_new in zip(ref.predict(X), new.predict([Xk * scale for Xk in X])):
         np.testing.assert_array_equal(labels, labels_new)
     np.testing.assert_allclose(new.means_ / scale, ref.means_, rtol=1e-6, atol=1e-9)
+
+
+def test_float32_data_stay_float32_in_standard_units_and_their_moments_are_summed_in_float64():
+    """Far from 0 in float32 (mean 1e4, sd 1), the variance sum_xx / n - mean^2 cancels 8 digits: float32
+    sums would leave noise of order 10 in a variance of 1."""
+    X = (1e4 + np.random.RandomState(0).randn(100_000, 2)).astype(np.float32)
+    data = FederatedData.from_input([X[:60_000], X[60_000:]])
+    moments = pooled_moments(data)
+    exact = X.astype(np.float64).var(axis=0)
+    np.testing.assert_allclose(moments.second.diagonal() - moments.mean ** 2, exact, rtol=1e-6)
+    standard = Units(moments.mean, np.diag(1 / np.sqrt(exact))).transform(data)
+    assert standard.X.dtype == np.float32
+    np.testing.assert_allclose(standard.X.std(axis=0, dtype=np.float64), 1.0, rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", ["fedgrem", "fedem", "local-em", "pooled-em"])
+def test_float32_input_gives_the_float64_fit_to_float32_precision(method):
+    """Storage in float32 (scikit-learn's KMeans keeps float32 too): the kernels sum in float64, so the
+    fit differs from the float64 one by the rounding of the data (about 1e-7 relative) carried through
+    the iterations, well inside 1e-4."""
+    X, truth = make_federated_gmm(6, 200, centers=np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]]), h=0.3,
+                                  random_state=0)
+    X = [1e3 + 10 * x for x in X]
+    fit = lambda data: FederatedGaussianMixture(3, method=method, random_state=0).fit(data)  # noqa: E731
+    a, b = fit(X), fit([x.astype(np.float32) for x in X])
+    np.testing.assert_allclose(b.means_, a.means_, rtol=1e-4)
+    np.testing.assert_allclose(b.weights_, a.weights_, atol=1e-4)
+    Xr, y, _ = make_federated_mor(6, 200, random_state=0)
+    fit = lambda data: FederatedMixtureRegression(2, method=method, random_state=0).fit(data, y)  # noqa: E731
+    a, b = fit(Xr), fit([x.astype(np.float32) for x in Xr])
+    np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-3, atol=1e-4)
