@@ -30,12 +30,14 @@ def _mor():
     return FederatedData.from_input(X, y), RegressionFamily("component"), start
 
 
+@pytest.mark.parametrize("penalty", ["paper", "sure"])
 @pytest.mark.parametrize("problem", [_gmm, _mor])
-def test_on_the_complete_graph_it_is_fedgrem(problem):
-    """Every client solves the server's problem on the same messages: FedGrEM to 1e-8, restarts included."""
+def test_on_the_complete_graph_it_is_fedgrem(problem, penalty):
+    """Every client solves the server's problem on the same messages: FedGrEM to 1e-8, restarts included;
+    with penalty="sure" every client chooses the server's lambda every round."""
     data, family, start = problem()
-    d = run(make_strategy("d-fedgrem", graph="complete"), family, data, start, 200, 1e-8)
-    f = run(make_strategy("fedgrem"), family, data, start, 200, 1e-8)
+    d = run(make_strategy("d-fedgrem", graph="complete", penalty=penalty), family, data, start, 200, 1e-8)
+    f = run(make_strategy("fedgrem", penalty=penalty), family, data, start, 200, 1e-8)
     assert d.n_iter == f.n_iter
     for a, b in zip(d.params, f.params):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
