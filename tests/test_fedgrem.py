@@ -219,8 +219,9 @@ def test_fully_pooled_regression_meets_at_the_pooled_least_squares_fit(precondit
 
 def test_variances_shrink_as_far_as_the_means():
     """Pooled components (share 1) take the pooled M-step's variance, share 0 keeps a client's own, a
-    client crossing the threshold moves continuously to that variance without entering it, and an
-    unpooled client's huge variance leaves the pooled one alone."""
+    client crossing the threshold changes nothing abruptly (its own variance nor the pooled one), one
+    at share 3/4 enters the pooled variance with half its weight, and a client beyond twice the
+    threshold (share 1/2) with a huge variance leaves the pooled one alone."""
     from fedmm.algorithms.fedgrem import pool_variances
 
     rng = np.random.RandomState(0)
@@ -231,9 +232,12 @@ def test_variances_shrink_as_far_as_the_means():
     np.testing.assert_array_equal(pool_variances(scale, N, np.zeros((6, 3))), scale)
     share = np.ones((6, 3))
     share[0, 1] = 1.0 - 1e-9  # client 0's component 1 just outside the threshold
+    np.testing.assert_allclose(pool_variances(scale, N, share), everyone, rtol=1e-8)
+    share[0, 1] = 0.75
+    half = np.concatenate([[N[0, 1] / 2], N[1:, 1]])
+    np.testing.assert_allclose(pool_variances(scale, N, share)[1:, 1],
+                               np.broadcast_to((half[:, None] * scale[:, 1]).sum(0) / half.sum(), (5, 2)))
     others = (N[1:, 1, None] * scale[1:, 1]).sum(0) / N[1:, 1].sum()
-    crossed = pool_variances(scale, N, share)
-    np.testing.assert_allclose(crossed[:, 1], np.broadcast_to(others, (6, 2)), rtol=1e-8)
     share[0, 1], scale[0, 1] = 0.5, 1e6
     np.testing.assert_allclose(pool_variances(scale, N, share)[1:, 1], np.broadcast_to(others, (5, 2)), rtol=1e-12)
 
