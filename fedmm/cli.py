@@ -83,7 +83,7 @@ class _Parser(ArgumentParser):
 
 
 def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n_outliers=1, n_init=5,
-             max_iter=1000, tol=1e-5, n_jobs=1, random_state=0, backend="loky", address=None):
+             max_iter=1000, tol=1e-5, n_jobs=1, random_state=0, backend="loky", address=None, penalty="paper"):
     """Run a study on the paper's design (App. B.1) and write ``results.csv``, ``summary.txt`` and ``study.png``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -91,8 +91,8 @@ def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n
     settings = [{"h": h, "n_clients": n_clients, "n_samples": n_samples, "outlier_clients": outliers}
                 for h in h_values]
     rows = run_study(model, methods, settings, reps, random_state,
-                     fit_options={"n_init": n_init, "max_iter": max_iter, "tol": tol}, n_jobs=n_jobs, progress=True,
-                     backend=backend, address=address)
+                     fit_options={"n_init": n_init, "max_iter": max_iter, "tol": tol, "penalty": penalty},
+                     n_jobs=n_jobs, progress=True, backend=backend, address=address)
     write_csv(rows, out / "results.csv")
     text = [f"{model.upper()}, K={n_clients} ({n_outliers} outlier), n={n_samples}, {reps} replications per h; "
             "mean (sd) of the max error over the non-outlier clients"]
@@ -130,6 +130,9 @@ def main(argv=None):
     p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
                        help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
     p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
+    p_sim.add_argument("--penalty", choices=("paper", "sure", "auto"), default="paper",
+                       help="FedGrEM's penalty: the paper's schedule (default), chosen every round by SURE, or "
+                            "tuned by held-out likelihood (docs/units.md)")
     p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores or cluster workers)")
     p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
                        help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "
@@ -190,7 +193,7 @@ def main(argv=None):
     else:
         simulate(args.model, args.h, args.reps, methods, args.out, n_clients=args.clients,
                  n_samples=args.samples, n_outliers=args.outliers, n_init=args.n_init, n_jobs=args.jobs,
-                 random_state=args.seed, backend=args.backend, address=args.address)
+                 random_state=args.seed, backend=args.backend, address=args.address, penalty=args.penalty)
     return 0
 
 

@@ -19,7 +19,7 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     (["demo", "--reps", "0"], "argument --reps"), (["flower-demo", "--clients", "1"], "argument --clients"),
     (["flower-demo", "--method", "local-em"], "argument --method"), (["bounds", "--eps", "0.7"], "argument --eps"),
     (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
-    (["simulate", "--backend", "spark"], "argument --backend"),
+    (["simulate", "--backend", "spark"], "argument --backend"), (["simulate", "--penalty", "big"], "argument --penalty"),
 ])
 def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -27,6 +27,22 @@ def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err and "Traceback" not in err
+
+
+def test_simulate_passes_the_penalty_to_fedgrem_only(tmp_path, monkeypatch):
+    import fedmm.cli
+    seen = {}
+    real = fedmm.cli.run_study
+
+    def spy(model, methods, settings, reps, random_state, fit_options, **kw):
+        seen.update(fit_options)
+        return real(model, methods, settings, reps, random_state, fit_options, **kw)
+
+    monkeypatch.setattr(fedmm.cli, "run_study", spy)
+    argv = ["simulate", "--h", "0", "--reps", "1", "--methods", "fedgrem,local-em", "--n-init", "1",
+            "--penalty", "sure", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert seen["penalty"] == "sure" and (tmp_path / "results.csv").exists()
 
 
 def test_cli_version_and_help_texts(capsys):
