@@ -27,6 +27,15 @@ def test_fig_misalignment(tmp_path):
     assert out.stat().st_size > 10_000
 
 
+def test_fig_sure(tmp_path):
+    """SURE's penalty beats the paper's schedule at h = 0 and stays within 20% of it at h = 2 (quick: 3
+    replications, the figure written)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sure.png"
+    assert _load("fig_sure").main(["--quick", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+
+
 def test_paper_gmm_h0_quick(capsys):
     """FedGrEM on the paper's own design beats the paper's reported error (quick: 4 seeds)."""
     assert _load("paper_gmm_h0").main(["--quick"]) == 0
