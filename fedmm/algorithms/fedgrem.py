@@ -292,9 +292,9 @@ class FedGrEM(GradientStrategy):
         ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs.
         """
         sigma = noise_scale(family.coordinate_variances(messages.scale))
-        theta, sizes, metric = messages.theta / sigma, self._sizes(messages.n, messages.weights), \
-            family.central_metric(messages.stats)
-        solve = dict(metric=metric, tol=self.central_tol, max_iter=self.central_max_iter)
+        theta, sizes = messages.theta / sigma, self._sizes(messages.n, messages.weights)
+        solve = dict(metric=family.central_metric(messages.stats), tol=self.central_tol,
+                     max_iter=self.central_max_iter)
         central = central_update(theta, sizes, lam, **solve)
         if self.penalty == "sure":
             pilot, lam = lam, sure_penalty(central.distance, sizes, messages.stats.N, theta.shape[-1])
