@@ -96,6 +96,11 @@ def estimator_round_time(X, repeats, covariance_type):
     return per_iteration(fit, repeats)
 
 
+def ratio(a, b):
+    """``a / b``, NaN when ``b`` measured 0 (differenced timings of tiny fits in the smoke form)."""
+    return a / b if b > 0 else float("nan")
+
+
 def estimator_rows(n, d, repeats):
     """What a user gets: estimator rounds against scikit-learn's iterations, per covariance type."""
     X = np.random.RandomState(1).randn(n, d)
@@ -179,8 +184,8 @@ def main(argv=None):
           f"{'fedmm/mem':>10}{'f64/f32':>9}")
     for r in estimator:
         print(f"{r['covariance_type']:>12}{r['fedmm']:>9.4f}{r['fedmm32']:>9.4f}{r['sklearn']:>9.4f}"
-              f"{r['memory_pass']:>9.4f}{r['sklearn'] / r['fedmm']:>14.1f}{r['fedmm'] / r['memory_pass']:>10.2f}"
-              f"{r['fedmm'] / r['fedmm32']:>9.2f}")
+              f"{r['memory_pass']:>9.4f}{ratio(r['sklearn'], r['fedmm']):>14.1f}"
+              f"{ratio(r['fedmm'], r['memory_pass']):>10.2f}{ratio(r['fedmm'], r['fedmm32']):>9.2f}")
     print("(float32: the same fit given float32 data, which it stores as float32: half the memory)")
     as_run, rounds, thousand, profile = fedgrem_fit_times(1 if args.smoke else 3)
     print(f"\nFedGrEM on the paper's simulation (K=10, n=150, d=10, R=5): full fit as the validation runs it "
