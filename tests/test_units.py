@@ -233,3 +233,25 @@ def test_float32_input_gives_the_float64_fit_to_float32_precision(method):
     fit = lambda data: FederatedMixtureRegression(2, method=method, random_state=0).fit(data, y)  # noqa: E731
     a, b = fit(Xr), fit([x.astype(np.float32) for x in Xr])
     np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-3, atol=1e-4)
+
+
+@settings(max_examples=6, deadline=None)
+@given(a=scales, a2=scales, b=shifts, c=scales, e=shifts)
+def test_the_sure_penalty_is_chosen_in_noise_units(a, a2, b, c, e):
+    """penalty="sure" picks lambda from distances and soft counts in noise units: the same choices, the
+    same pooling and the same estimates mapped back whatever the units of X (and y)."""
+    scale, shift = np.array([a, a2]), np.array([b, -b / 3])
+    X = _gmm_clients(K=6)
+    make = lambda: FederatedGaussianMixture(3, method="fedgrem", penalty="sure", **FIT)  # noqa: E731
+    ref, new = _fit_quietly(make(), X), _fit_quietly(make(), [Xk * scale + shift for Xk in X])
+    np.testing.assert_allclose(new.history_["penalty"], ref.history_["penalty"], rtol=1e-9)
+    np.testing.assert_array_equal(new.pooled_, ref.pooled_)
+    np.testing.assert_allclose(new.means_, ref.means_ * scale + shift, rtol=1e-6,
+                               atol=1e-7 * (10 * scale.max() + abs(b)))
+    Xr, y = _mor_clients(K=6)
+    make = lambda: FederatedMixtureRegression(2, method="fedgrem", penalty="sure", **FIT)  # noqa: E731
+    ref = _fit_quietly(make(), Xr, y)
+    new = _fit_quietly(make(), [Xk * scale + shift for Xk in Xr], [c * yk + e for yk in y])
+    np.testing.assert_allclose(new.history_["penalty"], ref.history_["penalty"], rtol=1e-9)
+    np.testing.assert_array_equal(new.pooled_, ref.pooled_)
+    np.testing.assert_allclose(new.coef_, ref.coef_ * c / scale, rtol=1e-5, atol=1e-7 * abs(c) / scale.min())

@@ -97,9 +97,8 @@ class DFedGrEM(FedGrEM):
         for k in range(len(messages.n)):
             near = neighbourhood(W, k)
             K, n = len(near), messages.n[near].mean()
-            # penalty="sure": the pilot is the client's last lambda (the schedule's in round 1).
             scheduled = penalty_schedule(self.penalty, self.penalty_params, p, K, n)(t)
-            lam = state.lam[k] if self.penalty == "sure" and t > 1 else scheduled
+            lam = self._pilot(None if state.lam is None else state.lam[k], scheduled, t)
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
             params, central, sigma, scale_pooled, warned, lam = self._pool(take(messages, near), family, lam,
                                                                           lam_scale, t, warned)

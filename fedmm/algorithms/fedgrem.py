@@ -277,12 +277,16 @@ class FedGrEM(GradientStrategy):
         return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule)
 
     def server_step(self, messages, state, t):
-        # penalty="sure": the pilot is last round's lambda (the schedule's in round 1).
-        lam = state.lam if self.penalty == "sure" and t > 1 else state.schedule(t)
+        lam = self._pilot(state.lam, state.schedule(t), t)
         params, central, sigma, scale_pooled, warned, lam = self._pool(messages, state.family, lam,
                                                                       state.scale_schedule(t), t, state.warned)
         return Broadcast(params), state._replace(lam=lam, lam_objective=state.schedule(t), central=central,
                                                  sigma=sigma, scale_pooled=scale_pooled, warned=warned)
+
+    def _pilot(self, last, scheduled, t):
+        """The ``lambda`` a round's central update is solved at first: the schedule's, or under
+        ``penalty="sure"`` last round's choice (the schedule's in round 1), from which :meth:`_pool` chooses."""
+        return last if self.penalty == "sure" and t > 1 else scheduled
 
     def _pool(self, messages, family, lam, lam_scale, t, warned):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
