@@ -564,8 +564,9 @@ _SHARED_PARAMS_DOC = """
         How starts are made (``docs/alignment.md``, ``docs/units.md``): the
         family's start on each client (or the pooled data), local EM on every
         client then alignment (the paper's, App. B), one start broadcast to
-        all clients, pooled EM trimmed of the clients it fits worst, then
-        each client's proportions, or both of the last two (the second kept
+        all clients, EM with pooled components and each client's own
+        proportions, trimmed of the clients it fits worst, or both of the
+        last two (the second kept
         only where the method finds it better). "auto" is the method's default
         ("pooled-and-local" for FedGrEM, "common" for FedEM, "local-em" for
         TGMM, "family" for the local and pooled methods). Ignored when

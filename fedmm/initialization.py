@@ -14,7 +14,9 @@
   does, so no alignment is needed. The server holds no data: the start is
   the family's start on one client drawn at random (a new client for each
   restart), with uniform mixing proportions.
-- ``"trimmed-pooled"``: pooled EM on the clients' summed statistics, each
+- ``"trimmed-pooled"``: EM with pooled components and every client's own
+  mixing proportions (FedEM's model, and FedGrEM's at ``lambda = infinity``)
+  on the clients' summed statistics, each
   round leaving out the ``trim`` fraction of clients whose data the current
   fit explains worst (the trimmed likelihood of Neykov et al., 2007, at the
   level of clients), from candidate starts drawn on random halves of the
@@ -165,7 +167,9 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
             keep = kept_clients(loglik / n_k, trim)
             score = loglik[keep].sum() / n_k[keep].sum()
             kept_stats = type(stats)(*(None if f is None else f[keep] for f in stats))
-            params = em_update(family, pool_stats(kept_stats), n_k[keep].sum(keepdims=True)).broadcast(K)
+            shared = em_update(family, pool_stats(kept_stats), n_k[keep].sum(keepdims=True)).broadcast(K)
+            # Components pooled, proportions each client's own: the model FedGrEM fits, at lambda = infinity.
+            params = shared._replace(weights=stats.N / n_k[:, None])
             if previous is not None and abs(score - previous) < tol:
                 break
             previous = score

@@ -4,8 +4,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import make_strategy
+from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
-from fedmm.families import GaussianFamily, RegressionFamily
+from fedmm.families import GaussianFamily, RegressionFamily, pool_stats
 from fedmm.initialization import make_starts, trimmed_pooled_start
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
@@ -146,3 +147,26 @@ def test_fedgrem_from_the_trimmed_pooled_start_leaves_the_outliers_data_unpooled
     assert err.max() < 4 * np.sqrt(2 / (300 / 4))  # the local rate: a client may keep its own estimate
     perm = np.argsort([np.argmin(np.linalg.norm(CENTERS - c, axis=1)) for c in gm.center_])
     assert np.linalg.norm(gm.center_[perm] - CENTERS, axis=1).max() < 4 * np.sqrt(2 / (7 * 300 / 4))
+
+
+def test_trimmed_pooled_start_fits_every_clients_own_proportions():
+    """The start is FedGrEM's model at lambda = infinity: pooled components, each client's own proportions.
+    So it is a fixed point of that model's EM step (the kept clients' summed M-step for the components,
+    ``N_kr / n_k`` for the proportions), which a pooled fit with shared proportions is not when the
+    clients' proportions differ (0.9 / 0.1 and back) and the components overlap (2 sd apart)."""
+    rng = np.random.RandomState(0)
+    weights = np.array([[0.9, 0.1], [0.1, 0.9], [0.8, 0.2], [0.2, 0.8]])
+    X = [np.where(rng.rand(400, 1) < w[0], 0.0, 2.0) + rng.randn(400, 1) for w in weights]
+    family = GaussianFamily("diag")
+    data = FederatedData.from_input(X)
+    start = trimmed_pooled_start(family, data, 2, 2, 2000, 1e-12, np.random.RandomState(0))  # 4 clients: none trimmed
+    _, stats = family.estep(data, start)
+    theta, _ = family.m_step(pool_stats(stats))
+    assert np.abs(theta[0] - start.theta[0]).max() < 1e-4
+    assert np.abs(stats.N / data.n_samples[:, None] - start.weights).max() < 1e-4
+    # Pooled EM with shared proportions reaches another fixed point: the test tells the two apart.
+    shared = start
+    for _ in range(500):
+        _, s = family.estep(data, shared)
+        shared = em_update(family, pool_stats(s), data.n_samples.sum(keepdims=True)).broadcast(4)
+    assert np.abs(shared.theta[0] - start.theta[0]).max() > 1e-2
