@@ -29,6 +29,7 @@ from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state
 
 from ._assumptions import AssumptionCheck, Condition
+from .tuning import client_median
 
 __all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions", "bottleneck"]
 
@@ -168,7 +169,7 @@ def _consensus(theta, rng, max_rounds=50, n_reference_candidates=64):
         if perms is not None and np.array_equal(new, perms):
             break
         perms = new
-        reference = np.median(theta[np.arange(K)[:, None], perms], axis=0)
+        reference = client_median(theta[np.arange(K)[:, None], perms])
     return perms
 
 

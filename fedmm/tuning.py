@@ -32,7 +32,7 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_GRID", "SURE_GRID", "TRIM", "sure_risk", "sure_penalty", "kept_clients", "first_best",
+__all__ = ["PENALTY_GRID", "SURE_GRID", "TRIM", "sure_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
            "holdout_split", "trimmed_mean", "select_penalty", "one_standard_error"]
 
 #: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
@@ -56,6 +56,24 @@ def first_best(scores, axis=0):
     scores = np.asarray(scores, dtype=float)
     top = scores.max(axis=axis, keepdims=True)
     return np.argmax(scores >= top - 1e-9 * (1.0 + np.abs(top)), axis=axis)
+
+
+def client_median(values):
+    """``np.median(values, axis=0)`` of finite values, the same numbers, for thousands of clients in a few
+    partitions' time.
+
+    The server takes a median over clients every round (:func:`fedmm.algorithms.fedgrem.noise_scale`);
+    numpy's partitions a strided axis at two positions, about 5 ms for (10,000, 5, 10), a third of a
+    FedGrEM round there. Here: one partition of contiguous rows at ``K // 2``, and for even ``K`` the
+    largest value below it, 0.9 ms.
+    """
+    values = np.asarray(values)
+    K = len(values)
+    rows = np.ascontiguousarray(values.reshape(K, -1).T)
+    h = K // 2
+    part = np.partition(rows, h, axis=1)
+    median = part[:, h] if K % 2 else 0.5 * (part[:, :h].max(axis=1) + part[:, h])
+    return median.reshape(values.shape[1:])
 
 
 def kept_clients(values, trim):

@@ -58,6 +58,17 @@ def test_numba_gaussian_agrees_with_the_reference(problem, squares):
                   reference.gaussian_log_resp(X, offsets, w, mu, var), "gaussian_log_resp")
 
 
+@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans())
+def test_numba_stats_from_responsibilities_agree_with_the_reference(problem, squares, hard):
+    """The starts' sums (k-means labels: one-hot, or soft responsibilities)."""
+    X, _, offsets, w, mu, var = problem
+    resp = np.exp(reference.gaussian_log_resp(X, offsets, w, mu, var)[1])
+    if hard:
+        resp = np.eye(resp.shape[1])[resp.argmax(axis=1)]
+    _assert_close(numba_kernels.gaussian_stats(X, offsets, resp, squares),
+                  reference.gaussian_stats(X, offsets, resp, squares), "gaussian_stats")
+
+
 @given(problems())
 def test_numba_regression_agrees_with_the_reference(problem):
     X, y, offsets, w, coef, var = problem

@@ -11,7 +11,8 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import PENALTY_GRID, SURE_GRID, first_best, holdout_split, sure_penalty, sure_risk, trimmed_mean
+from fedmm.tuning import (PENALTY_GRID, SURE_GRID, client_median, first_best, holdout_split, sure_penalty, sure_risk,
+                          trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -115,3 +116,13 @@ def test_sure_penalty_is_not_decided_by_outliers_or_empty_components():
     empty[:4, 0], D[:4, 0] = 1e-9, 100.0       # nearly empty components far away
     assert sure_penalty(D, sizes, empty, p) == lam
     assert sure_penalty(D, sizes, np.full_like(N, 0.5), p) == SURE_GRID[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(K=st.integers(1, 40), shape=st.lists(st.integers(1, 4), max_size=2), ties=st.booleans(),
+       seed=st.integers(0, 2 ** 31 - 1))
+def test_client_median_is_numpys_median_over_clients(K, shape, ties, seed):
+    values = np.random.RandomState(seed).standard_normal((K, *shape))
+    if ties:
+        values = np.round(values)  # repeated values around the middle
+    assert np.array_equal(client_median(values), np.median(values, axis=0))

@@ -21,7 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..central import CentralResult, central_update, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ..tuning import sure_penalty
+from ..tuning import client_median, sure_penalty
 from ._base import GradientStrategy
 
 PENALTIES = ("paper", "sure", "theory")
@@ -83,7 +83,7 @@ def noise_scale(scale):
     paper's problem unchanged when ``sigma_r = 1``. The median over clients
     keeps an outlier client's variances from setting the unit.
     """
-    return np.sqrt(np.median(scale, axis=0))
+    return np.sqrt(client_median(scale))
 
 
 def pool_variances(scale, N, share):

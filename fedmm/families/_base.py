@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import get_kernels
+from ..tuning import client_median
 
 # Added to responsibility sums before dividing, as scikit-learn does, so that
 # an empty component gives a finite (if meaningless) estimate instead of NaN.
@@ -171,7 +172,7 @@ class Family(ABC):
 
     def center_scale(self, scale):
         """The consensus's variances from the clients' (K, R, s): their coordinate-wise median."""
-        return np.median(scale, axis=0)
+        return client_median(scale)
 
     def log_scale(self, scale, n_features):
         """Variances (..., s) as log-variances in noise units (..., q): coordinates whose sampling sd is

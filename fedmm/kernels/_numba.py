@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit, prange
 
-from ._numpy import LOG_2PI, gaussian_stats, is_full, precision_cholesky, regression_stats  # noqa: F401
+from ._numpy import LOG_2PI, is_full, precision_cholesky, regression_stats  # noqa: F401
 
 PIECE = 4096
 #: Samples per vectorized block inside a piece: their scratch rows (d + R of them) stay in L1/L2.
@@ -232,6 +232,37 @@ def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squ
     return ll, N, Sx, Sxx
 
 
+@njit(parallel=True, cache=True)
+def _stats_pass(X, resp, starts, ends, squares):
+    """The sums of :func:`_gaussian_pass` for given responsibilities (starts: k-means labels, one-hot), per
+    piece; a zero responsibility adds nothing, so one-hot rows cost one component's work."""
+    n_pieces, R, d = len(starts), resp.shape[1], X.shape[1]
+    N = np.zeros((n_pieces, R))
+    Sx = np.zeros((n_pieces, R, d))
+    Sxx = np.zeros((n_pieces, R, d if squares == 1 else d * d if squares == 3 else 1))
+    for p in prange(n_pieces):
+        for i in range(starts[p], ends[p]):
+            for r in range(R):
+                g = resp[i, r]
+                if g == 0.0:
+                    continue
+                N[p, r] += g
+                total = 0.0
+                for j in range(d):
+                    x = float(X[i, j])
+                    Sx[p, r, j] += g * x
+                    if squares == 1:
+                        Sxx[p, r, j] += g * x * x
+                    elif squares == 2:
+                        total += x * x
+                    elif squares == 3:
+                        for m in range(j, d):
+                            Sxx[p, r, j * d + m] += g * x * X[i, m]
+                if squares == 2:
+                    Sxx[p, r, 0] += g * total
+    return N, Sx, Sxx
+
+
 @njit(cache=True, inline="always", fastmath=FAST)
 def _regression_block(xt, yb, nb, k, const, coef, inv_var, lp):
     """Component log-densities ``lp[r, b]`` of a block of responses ``yb`` given features ``xt``."""
@@ -367,6 +398,17 @@ def gaussian_estep(X, offsets, weights, means, variances, squares):
     if squares == "outer":
         Sxx = _mirror(Sxx, means.shape[-1])
     return _per_client(ll, owners, K), _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
+
+
+def gaussian_stats(X, offsets, resp, squares):
+    """Per-client GMM statistics for given responsibilities (see :func:`fedmm.kernels._numpy.gaussian_stats`)."""
+    starts, ends, owners = _pieces(offsets)
+    N, Sx, Sxx = _stats_pass(X, np.ascontiguousarray(resp, dtype=np.float64), starts, ends, _SQUARES[squares])
+    K = len(offsets) - 1
+    Sxx = None if squares == "none" else _per_client(Sxx, owners, K)
+    if squares == "outer":
+        Sxx = _mirror(Sxx, X.shape[-1])
+    return _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
 
 
 def regression_estep(X, y, offsets, weights, coef, noise_var):
