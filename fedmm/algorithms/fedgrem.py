@@ -120,8 +120,13 @@ def pool_variances(scale, N, share):
     # Fractions first: a nearly empty component's N of 1e-300 times a variance would underflow to 0.
     fraction = weight / np.where(total > 0, total, 1.0)
     pooled = (fraction * scale).sum(axis=0)
+    moved = pooled - scale                  # in place from here: one (K, R, s) array (docs/performance.md)
+    moved *= share
+    moved += scale
     # Exact at both ends: a pooled component gets the pooled variance, and equal variances stay as they are.
-    return np.where(total > 0, np.where(share == 1.0, pooled, scale + share * (pooled - scale)), scale)
+    np.copyto(moved, np.broadcast_to(pooled, moved.shape), where=share == 1.0)
+    np.copyto(moved, scale, where=total <= 0)
+    return moved
 
 
 def robust_scale(family, scale, sizes, lam, n_features, **solver):
