@@ -235,6 +235,7 @@ def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
     kept = kept_clients(-statistic, trim)
     if not valid[kept].any():
         return float(grid[-1])
-    root = np.sqrt(np.broadcast_to(np.reshape(sizes, (len(N), -1)), N.shape))
+    # Left-out blocks get a stand-in size: an empty component's size is 0 under per-component sizes.
+    root = np.sqrt(np.where(valid, np.broadcast_to(np.reshape(sizes, (len(N), -1)), N.shape), 1.0))
     risk = [np.where(valid, sure_risk(distance, lam / root, v, p), 0.0)[kept].sum() for lam in grid]
     return float(grid[np.argmin(risk)])

@@ -252,3 +252,18 @@ def test_pooled_variances_let_thousands_of_small_clients_converge():
     X = list(centres[labels] + rng.standard_normal((3000, 50, 10)))
     fit = FederatedGaussianMixture(5, init="local-em", center_restarts=0, random_state=0).fit(X)
     assert fit.converged_ and fit.n_iter_ < 200
+
+
+def test_sure_runs_are_charged_at_the_schedules_penalty():
+    """Under penalty="sure" a run's diagnostics carry lambda_schedule / lambda_chosen as a float (the
+    clients' sizes are integers: the ratio was once truncated to 0, charging runs nothing), and with the
+    schedule itself the ratio is 1."""
+    X, truth = make_federated_gmm(4, 100, centers=CENTERS, h=0.0, random_state=0)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(0))
+    sure = run_rounds(make_strategy("fedgrem", penalty="sure", center_restarts=0), family, data, start, 5, 0.0)
+    chosen, scheduled = sure.history["penalty"][-1], penalty_schedule("paper", None, 2, 4, 100)(5)
+    assert chosen != scheduled
+    np.testing.assert_allclose(sure.diagnostics.objective_scale, scheduled / chosen, rtol=1e-12)
+    paper = run_rounds(make_strategy("fedgrem", center_restarts=0), family, data, start, 5, 0.0)
+    assert np.all(paper.diagnostics.objective_scale == 1.0)

@@ -126,3 +126,19 @@ def test_client_median_is_numpys_median_over_clients(K, shape, ties, seed):
     if ties:
         values = np.round(values)  # repeated values around the middle
     assert np.array_equal(client_median(values), np.median(values, axis=0))
+
+
+def test_sure_penalty_leaves_empty_components_out_quietly():
+    """Per-component sizes are 0 for an empty component; SURE leaves it out (N < 1) without a division
+    warning, and its choice is the one without that block."""
+    rng = np.random.RandomState(0)
+    N = np.full((10, 3), 50.0)
+    distance = np.abs(rng.randn(10, 3)) * np.sqrt(4 / N)
+    with_empty = N.copy()
+    with_empty[0, 2] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chosen = sure_penalty(distance, 3 * with_empty, with_empty, 4)
+    kept = N.copy()
+    kept[0, 2] = 0.5  # below one sample: left out as well, with a positive size
+    assert chosen == sure_penalty(distance, 3 * kept, kept, 4)

@@ -344,7 +344,7 @@ class FedGrEM(GradientStrategy):
         c = state.central
         n_k = state.n_k[:, None]
         return Consensus(c.center * state.sigma, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k),
-                         state.scale_pooled, np.full_like(n_k, objective_scale(state.lam, state.lam_objective)))
+                         state.scale_pooled, np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)))
 
     def center(self, diagnostics):
         return diagnostics.center
