@@ -146,6 +146,9 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     theta = np.asarray(theta, dtype=float)
     n_k = np.broadcast_to(np.asarray(n_k, dtype=float).reshape(len(theta), -1), theta.shape[:2])
+    # A component empty on every client (per-component sizes all 0) has no weighted mean: it is solved as
+    # if every client held one sample of it. Finite, and nothing depends on where an empty component sits.
+    n_k = np.where(np.any(n_k > 0, axis=0), n_k, 1.0)
     with np.errstate(divide="ignore"):
         threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
     scale = 1.0 + np.abs(theta).max()

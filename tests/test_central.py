@@ -241,3 +241,24 @@ def test_an_empty_component_weighs_nothing(solver):
     assert np.all(np.isfinite(a.center))
     np.testing.assert_allclose(a.center, b.center, atol=1e-7)
     np.testing.assert_allclose(a.center[1], central_update(theta[1:, 1:], n_k[1:, 1:], 2.0).center[0], atol=1e-7)
+
+
+@pytest.mark.parametrize("solver", ["irls", "irls-numpy", "alternating"])
+@pytest.mark.parametrize("metric", [False, True])
+def test_a_component_empty_on_every_client_stays_finite(solver, metric):
+    """A component no client has data on (all per-component sizes 0: a restart pass of a fit with
+    ``pooling_sizes="component"`` on three clients diverged on it, 0 / 0) is solved as if each client held
+    one sample of it, and the other components are solved as without it."""
+    rng = np.random.RandomState(1)
+    theta = rng.randn(4, 3, 2)
+    n_k = rng.uniform(10, 50, size=(4, 3))
+    n_k[:, 1] = 0.0
+    G = None
+    if metric:
+        A = rng.randn(4, 3, 2, 2)
+        G = A @ np.swapaxes(A, -1, -2) + np.eye(2)
+    got = central_update(theta, n_k, 2.0, metric=G, solver=solver)
+    assert np.all(np.isfinite(got.nu)) and np.all(np.isfinite(got.center))
+    ones = n_k.copy()
+    ones[:, 1] = 1.0
+    np.testing.assert_allclose(got.nu, central_update(theta, ones, 2.0, metric=G, solver=solver).nu, atol=1e-9)
