@@ -393,22 +393,22 @@ def gaussian_estep(X, offsets, weights, means, variances, squares):
     const, precision, layout = _gaussian_constants(weights, means, variances)
     ll, N, Sx, Sxx = _gaussian_pass(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64),
                                     precision, layout, _SQUARES[squares])
-    K = len(offsets) - 1
+    return (_per_client(ll, owners, len(offsets) - 1),) + _gaussian_sums(N, Sx, Sxx, owners, len(offsets) - 1, squares)
+
+
+def _gaussian_sums(N, Sx, Sxx, owners, K, squares):
+    """The pieces' ``N``, ``Sx`` and ``Sxx`` added up per client, outer products made symmetric."""
     Sxx = None if squares == "none" else _per_client(Sxx, owners, K)
     if squares == "outer":
-        Sxx = _mirror(Sxx, means.shape[-1])
-    return _per_client(ll, owners, K), _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
+        Sxx = _mirror(Sxx, Sx.shape[-1])
+    return _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
 
 
 def gaussian_stats(X, offsets, resp, squares):
     """Per-client GMM statistics for given responsibilities (see :func:`fedmm.kernels._numpy.gaussian_stats`)."""
     starts, ends, owners = _pieces(offsets)
     N, Sx, Sxx = _stats_pass(X, np.ascontiguousarray(resp, dtype=np.float64), starts, ends, _SQUARES[squares])
-    K = len(offsets) - 1
-    Sxx = None if squares == "none" else _per_client(Sxx, owners, K)
-    if squares == "outer":
-        Sxx = _mirror(Sxx, X.shape[-1])
-    return _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
+    return _gaussian_sums(N, Sx, Sxx, owners, len(offsets) - 1, squares)
 
 
 def regression_estep(X, y, offsets, weights, coef, noise_var):
