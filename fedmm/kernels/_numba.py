@@ -393,7 +393,8 @@ def gaussian_estep(X, offsets, weights, means, variances, squares):
     const, precision, layout = _gaussian_constants(weights, means, variances)
     ll, N, Sx, Sxx = _gaussian_pass(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64),
                                     precision, layout, _SQUARES[squares])
-    return (_per_client(ll, owners, len(offsets) - 1),) + _gaussian_sums(N, Sx, Sxx, owners, len(offsets) - 1, squares)
+    K = len(offsets) - 1
+    return (_per_client(ll, owners, K),) + _gaussian_sums(N, Sx, Sxx, owners, K, squares)
 
 
 def _gaussian_sums(N, Sx, Sxx, owners, K, squares):
