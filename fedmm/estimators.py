@@ -31,7 +31,7 @@ from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
 from .initialization import INITS, align_params, make_starts
 from .kernels import BACKENDS, resolve_backend
-from .tuning import PENALTY_GRID, TRIM, select_penalty
+from .tuning import PENALTY_GRID, TRIM, client_median, select_penalty
 from .units import pooled_moments
 
 #: Fraction of every client's samples held out when FedGrEM's penalty is tuned (penalty="auto").
@@ -262,7 +262,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         the pooled methods), else the coordinate-wise median of the (aligned) client estimates. Variances of
         the centre: ``family.center_scale``, the clients' median."""
         if center is None:
-            center = np.median(params.theta, axis=0)
+            center = client_median(params.theta)
         else:
             center = family.to_original(MixtureParams(None, center[None], params.scale[:1]), units).theta[0]
         self._center = (center, family.center_scale(params.scale))

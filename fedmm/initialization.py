@@ -168,7 +168,8 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
             score = loglik[keep].sum() / n_k[keep].sum()
             kept_stats = type(stats)(*(None if f is None else f[keep] for f in stats))
             shared = em_update(family, pool_stats(kept_stats), n_k[keep].sum(keepdims=True)).broadcast(K)
-            # Components pooled, proportions each client's own: the model FedGrEM fits, at lambda = infinity.
+            # Components pooled, proportions each client's own (Algorithm 1's w_r = N_r / n_k; FedEM eq. (9)):
+            # the model FedGrEM fits, at lambda = infinity.
             params = shared._replace(weights=stats.N / n_k[:, None])
             if previous is not None and abs(score - previous) < tol:
                 break

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import kmeans
 from ..kernels._numpy import precision_cholesky
+from ..tuning import client_median
 from ..units import Units, scale_or_one, whitening
 from ._base import _TINY, Family, one_hot
 
@@ -109,7 +110,7 @@ class GaussianFamily(Family):
         if not self._matrix:
             return super().center_scale(scale)
         d = int(round(np.sqrt(scale.shape[-1])))
-        L = np.median(np.linalg.cholesky(scale.reshape(scale.shape[:-1] + (d, d))), axis=0)
+        L = client_median(np.linalg.cholesky(scale.reshape(scale.shape[:-1] + (d, d))))
         return (L @ np.swapaxes(L, -1, -2)).reshape(scale.shape[1:])
 
     def log_scale(self, scale, n_features):
