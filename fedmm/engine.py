@@ -305,6 +305,10 @@ def _check_progress(strategy, before, after):
 
 
 def _check_finite(strategy, params, loglik, t, bound):
+    # Every round, so first one cheap pass per array: a sum is finite only if every term is (an overflow of
+    # finite terms only sends it to the client-by-client check).
+    if all(np.isfinite(a.sum()) for a in (*params, loglik)) and np.abs(params.theta).max() <= bound:
+        return
     bad = ~(params.is_finite() & np.isfinite(loglik))
     huge = np.abs(params.theta).reshape(len(loglik), -1).max(axis=1) > bound
     if (bad | huge).any():

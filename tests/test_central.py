@@ -1,3 +1,5 @@
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -113,14 +115,16 @@ def test_the_two_solvers_agree(args):
     assert a <= b + 1e-9 * abs(b)
 
 
-@given(args=problems, per_component=st.booleans(), lam=st.sampled_from([0.3, 7.8, np.inf]))
-def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, lam):
-    """The Numba IRLS loop against the numpy one, step for step: same iterations, same answer to rounding."""
+@given(args=problems, per_component=st.booleans(), lam=st.sampled_from([0.3, 7.8, np.inf]), parallel=st.booleans())
+def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, lam, parallel):
+    """The Numba IRLS loop (serial, and components in parallel as for large problems) against the numpy one,
+    step for step: same iterations, same answer to rounding."""
     K, R, p, seed, _, equal = args
     theta, n_k = _problem(K, R, p, seed, equal)
     if per_component:
         n_k = n_k[:, None] * np.random.RandomState(seed).dirichlet(np.ones(R), size=K) * R
-    fast = central_update(theta, n_k, lam, solver="irls")
+    with mock.patch("fedmm.central.PARALLEL_SIZE", 0 if parallel else theta.size + 1):
+        fast = central_update(theta, n_k, lam, solver="irls")
     slow = central_update(theta, n_k, lam, solver="irls-numpy")
     assert fast.n_iter == slow.n_iter and fast.converged == slow.converged
     np.testing.assert_allclose(fast.center, slow.center, rtol=1e-12, atol=1e-12)

@@ -15,6 +15,7 @@ from numbers import Real
 from typing import Callable, NamedTuple
 
 import numpy as np
+from numba import vectorize
 from scipy.stats import chi2
 from sklearn.exceptions import ConvergenceWarning
 
@@ -114,19 +115,24 @@ def pool_variances(scale, N, share):
     84 rounds in all). Clients send ``N_kr scale_kr`` and ``N_kr``
     (``n_k w_kr``): parameters and sizes, no data.
     """
-    share = share[..., None]                                                       # (K, R, 1)
-    weight = N[..., None] * np.clip(2.0 * share - 1.0, 0.0, 1.0)
+    weight = N * np.clip(2.0 * share - 1.0, 0.0, 1.0)                              # (K, R)
     total = weight.sum(axis=0)
     # Fractions first: a nearly empty component's N of 1e-300 times a variance would underflow to 0.
     fraction = weight / np.where(total > 0, total, 1.0)
-    pooled = (fraction * scale).sum(axis=0)
-    moved = pooled - scale                  # in place from here: one (K, R, s) array (docs/performance.md)
-    moved *= share
-    moved += scale
-    # Exact at both ends: a pooled component gets the pooled variance, and equal variances stay as they are.
-    np.copyto(moved, np.broadcast_to(pooled, moved.shape), where=share == 1.0)
-    np.copyto(moved, scale, where=total <= 0)
-    return moved
+    pooled = np.einsum("kr,krs->rs", fraction, scale)
+    # Where no client enters the pooled variance, every client keeps its own.
+    return _towards(scale, pooled, np.where(total > 0, share, 0.0)[..., None])
+
+
+@vectorize(cache=True)
+def _towards(own, pooled, share):
+    """``own + share (pooled - own)``, exact at both ends: a pooled component (``share = 1``) gets the pooled
+    variance, an unmoved one its own. One compiled pass over the (K, R, s) variances (docs/performance.md)."""
+    if share == 1.0:
+        return pooled
+    if share == 0.0:
+        return own
+    return (pooled - own) * share + own
 
 
 def robust_scale(family, scale, sizes, lam, n_features, **solver):

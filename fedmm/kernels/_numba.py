@@ -66,7 +66,7 @@ def _gaussian_constants(weights, means, variances):
         log_det = -2.0 * np.log(np.diagonal(P, axis1=-2, axis2=-1)).sum(axis=-1)
         return log_w - 0.5 * (d * LOG_2PI + log_det), np.ascontiguousarray(P.reshape(K, R, d * d)), FULL
     precision = np.ascontiguousarray(1.0 / variances, dtype=np.float64)
-    log_det = np.log(variances).sum(axis=-1) * (d / variances.shape[-1])
+    log_det = np.einsum("krs->kr", np.log(variances)) * (d / variances.shape[-1])  # einsum: a short axis
     return log_w - 0.5 * (d * LOG_2PI + log_det), precision, DIAGONAL if variances.shape[-1] > 1 else SPHERICAL
 
 
