@@ -73,7 +73,7 @@ class LocalClients:
     @property
     def data_scale(self):
         """The largest absolute value in any client's data (features or response): the divergence check's unit."""
-        return np.abs(self.data.X).max() + (0.0 if self.data.y is None else np.abs(self.data.y).max())
+        return _abs_max(self.data.X) + (0.0 if self.data.y is None else _abs_max(self.data.y))
 
     def start(self, strategy, params):
         """Every client takes its state from the start ``params`` (``strategy.client_start``)."""
@@ -150,3 +150,9 @@ def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
             active &= np.abs(mean_ll - previous) >= tol
         previous = mean_ll
     return params.weights
+
+
+def _abs_max(a):
+    """``max |a|`` without ``np.abs``'s temporary (a copy of all the data: 400 MB and 1.3 s per run with
+    10^5 clients of 50 samples)."""
+    return max(a.max(), -a.min())

@@ -121,7 +121,8 @@ class Units(NamedTuple):
         if np.array_equal(self.x_map, np.diag(diagonal)):
             if not self.x_shift.any() and np.all(diagonal == 1.0) and self.y_shift == 0.0 and self.y_scale == 1.0:
                 return data
-            X = np.ascontiguousarray((data.X - self.x_shift.astype(dtype)) * diagonal.astype(dtype))  # O(n d)
+            X = np.ascontiguousarray(data.X - self.x_shift.astype(dtype))         # O(n d), one new array
+            X *= diagonal.astype(dtype)
         else:
             X = np.ascontiguousarray((data.X - self.x_shift.astype(dtype)) @ self.x_map.astype(dtype))
         y = None if data.y is None else (data.y - self.y_shift) / self.y_scale
