@@ -163,7 +163,7 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
         distance = _norm(theta - center, metric)
         return CentralResult(theta.copy(), center, distance == 0, distance, threshold, 0, True)
     iterate = _irls if solver == "irls" and metric is None else _numpy_iterations(solver, threshold, metric)
-    center, it, converged = iterate(theta, np.ascontiguousarray(n_k), float(lam), center, tol * scale, max_iter)
+    center, it, converged = iterate(theta, n_k, float(lam), center, tol * scale, max_iter)
     u = theta - center
     distance = _norm(u, metric)
     nu = _soft_threshold(u, threshold, metric, distance)
@@ -198,8 +198,9 @@ def _numpy_iterations(solver, threshold, metric=None):
 
 
 def _irls_loop(theta, n_k, lam, center, tol, max_iter):
-    """The IRLS loop of :func:`central_update`: ``(center, n_iter, converged)``. Compiled twice (:func:`_irls`)."""
-    K, R, p = theta.shape
+    """The IRLS loop of :func:`central_update` on component-major arrays, ``theta`` (R, K, p) and ``n_k``
+    (R, K): ``(center, n_iter, converged)``. Compiled twice (:func:`_irls`)."""
+    R, K, p = theta.shape
     center = center.copy()
     for it in range(1, max_iter + 1):
         new = np.zeros((R, p))
@@ -208,14 +209,14 @@ def _irls_loop(theta, n_k, lam, center, tol, max_iter):
             for k in range(K):
                 distance = 0.0
                 for j in range(p):
-                    distance += (theta[k, r, j] - center[r, j]) ** 2
+                    distance += (theta[r, k, j] - center[r, j]) ** 2
                 distance = np.sqrt(distance)
-                root = np.sqrt(n_k[k, r])
+                root = np.sqrt(n_k[r, k])
                 # distance <= lam / root, written so that an empty component (n_k = 0) weighs nothing.
-                omega = n_k[k, r] if distance * root <= lam else root * lam / distance
+                omega = n_k[r, k] if distance * root <= lam else root * lam / distance
                 total += omega
                 for j in range(p):
-                    new[r, j] += omega * theta[k, r, j]
+                    new[r, j] += omega * theta[r, k, j]
             for j in range(p):
                 new[r, j] /= total
         moved = np.abs(new - center).max()
@@ -233,9 +234,16 @@ PARALLEL_SIZE = 100_000
 
 
 def _irls(theta, n_k, lam, center, tol, max_iter):
-    """:func:`_irls_loop`, compiled, with the components in parallel for large problems."""
+    """:func:`_irls_loop`, compiled, with the components in parallel for large problems.
+
+    The loop reads each component's clients in turn, so it gets them component-major, one contiguous
+    slab per component: with the clients' (K, R, p) layout every iteration strode through all of it for
+    each component (at K = 100,000: 103 ms per update against 47 ms with the copy; 4.8 against 2.9 ms at
+    K = 10,000).
+    """
     loop = _irls_parallel if theta.size >= PARALLEL_SIZE else _irls_serial
-    return loop(theta, n_k, lam, center, tol, max_iter)
+    return loop(np.ascontiguousarray(theta.transpose(1, 0, 2)), np.ascontiguousarray(n_k.T), lam, center, tol,
+                max_iter)
 
 
 def _weighted_mean(points, weights, metric=None):
