@@ -197,9 +197,9 @@ def _match_to(reference, theta):
         candidates = np.array(list(itertools.permutations(range(R))), dtype=np.intp)   # (R!, R)
         return _brute_force(np.ascontiguousarray(reference, dtype=float), np.ascontiguousarray(theta, dtype=float),
                             candidates)
-    costs = np.linalg.norm(reference[None, :, None, :] - theta[:, None, :, :], axis=-1)   # (K, R, R)
+    costs = [_cost(reference, t) for t in theta]
     perms = np.array([_match(c) for c in costs]).reshape(K, R)
-    return perms, np.take_along_axis(costs, perms[:, :, None], axis=2)[..., 0].sum(axis=1)
+    return perms, np.array([c[np.arange(R), q].sum() for c, q in zip(costs, perms)])
 
 
 @njit(parallel=True, cache=True)

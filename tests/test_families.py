@@ -135,6 +135,28 @@ def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_sp
             np.testing.assert_allclose(var[k, r], expected[covariance_type], rtol=1e-9)
 
 
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag", "tied", "full"])
+def test_gaussian_variances_at_any_means_are_the_weighted_spread_about_them(rng, covariance_type):
+    """``update_scale`` at means that are not the M-step's (FedGrEM's server evaluates it at the pooled
+    ``nu``): ``sum_i g_ir (x_i - mu_r)^2 / N_r`` about the given ``mu_r``, from the sums alone."""
+    family, data, params = _gaussian_setup(rng, covariance_type)
+    _, stats = family.estep(data, params)
+    mu = rng.randn(*params.theta.shape)
+    var = family.update_scale(stats, mu)
+    resp = np.exp(family.log_resp(data, params)[1])
+    for k in range(data.n_clients):
+        Xk, _ = data.client(k)
+        rk = resp[data.offsets[k]:data.offsets[k + 1]]
+        d = Xk.shape[1]
+        scatter = [np.einsum("i,ij,il->jl", rk[:, r], Xk - mu[k, r], Xk - mu[k, r]) for r in range(3)]
+        for r in range(3):
+            full = scatter[r] / rk[:, r].sum()
+            expected = {"spherical": [np.diag(full).mean()], "diag": np.diag(full), "full": full.ravel(),
+                        "tied": (sum(scatter) / len(Xk)).ravel()}[covariance_type]
+            np.testing.assert_allclose(var[k, r] - family.reg_covar * (np.eye(d).ravel() if family._matrix else 1),
+                                       expected, rtol=1e-9)
+
+
 def test_gradient_step_with_eta_one_over_w_is_the_m_step(rng):
     """With eta = 1 / w_hat (C_eta = 1 at the current weights) gradient EM is EM (App. E.2)."""
     family, data, params = _gaussian_setup(rng, "identity")

@@ -36,7 +36,7 @@ from flwr.clientapp import ClientApp
 
 from .. import estimators
 from ..algorithms import make_strategy
-from ..clients import client_family_starts, fit_weights
+from ..clients import client_family_starts, data_scale, fit_weights
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..initialization import user_start
@@ -184,8 +184,7 @@ def _with_session(read, answer):
 def _units(session, values, request):
     session.context.state["fedmm.units"] = _record(values)
     session = _Session(session.read, session.context)
-    y = session.data.y
-    return {"scale": np.array([np.abs(session.data.X).max() + (0.0 if y is None else np.abs(y).max())])}
+    return {"scale": np.array([data_scale(session.data.X, session.data.y)])}
 
 
 def _family_start(session, values, request):
