@@ -112,6 +112,22 @@ def test_preconditioned_regression_step_moves_towards_the_m_step_and_is_equivari
     np.testing.assert_allclose(step_b, np.linalg.solve(B, step[..., None])[..., 0], rtol=1e-5, atol=1e-7)
 
 
+def _weighted_spread(family, data, params, means, covariance_type):
+    """The variances about ``means`` (K, R, d) from the samples themselves: ``sum_i g_ir (x_i - mu_r)
+    (x_i - mu_r)^T / N_r`` reduced to the covariance type, plus ``reg_covar`` (K, R, s)."""
+    resp = np.exp(family.log_resp(data, params)[1])
+    out = []
+    for k in range(data.n_clients):
+        Xk, _ = data.client(k)
+        rk, d, R = resp[data.offsets[k]:data.offsets[k + 1]], Xk.shape[1], means.shape[1]
+        scatter = [np.einsum("i,ij,il->jl", rk[:, r], Xk - means[k, r], Xk - means[k, r]) for r in range(R)]
+        reg = family.reg_covar * np.eye(d)
+        full = [scatter[r] / rk[:, r].sum() + reg for r in range(R)]
+        out.append([{"identity": [1.0], "spherical": [np.diag(f).mean()], "diag": np.diag(f), "full": f.ravel(),
+                     "tied": (sum(scatter) / len(Xk) + reg).ravel()}[covariance_type] for f in full])
+    return np.array(out)
+
+
 @pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "tied", "full"])
 def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_spread(rng, covariance_type):
     family, data, params = _gaussian_setup(rng, covariance_type)
@@ -120,41 +136,19 @@ def test_gaussian_m_step_is_a_stationary_point_and_variances_are_the_weighted_sp
     moved = family.gradient_step(stats, params._replace(theta=means), np.ones(params.weights.shape),
                                  data.n_samples)
     np.testing.assert_allclose(moved, means, atol=1e-12)
-    resp = np.exp(family.log_resp(data, params)[1])
-    for k in range(data.n_clients):
-        Xk, _ = data.client(k)
-        rk = resp[data.offsets[k]:data.offsets[k + 1]]
-        d = Xk.shape[1]
-        scatter = [np.einsum("i,ij,il->jl", rk[:, r], Xk - means[k, r], Xk - means[k, r]) for r in range(3)]
-        tied = sum(scatter) / len(Xk) + 1e-6 * np.eye(d)
-        for r in range(3):
-            full = scatter[r] / rk[:, r].sum()
-            spread = np.diag(full)
-            expected = {"identity": [1.0], "spherical": [spread.mean() + 1e-6], "diag": spread + 1e-6,
-                        "full": (full + 1e-6 * np.eye(d)).ravel(), "tied": tied.ravel()}
-            np.testing.assert_allclose(var[k, r], expected[covariance_type], rtol=1e-9)
+    np.testing.assert_allclose(var, _weighted_spread(family, data, params, means, covariance_type), rtol=1e-9)
 
 
 @pytest.mark.parametrize("covariance_type", ["spherical", "diag", "tied", "full"])
 def test_gaussian_variances_at_any_means_are_the_weighted_spread_about_them(rng, covariance_type):
     """``update_scale`` at means that are not the M-step's (FedGrEM's server evaluates it at the pooled
-    ``nu``): ``sum_i g_ir (x_i - mu_r)^2 / N_r`` about the given ``mu_r``, from the sums alone."""
+    ``nu``): ``sum_i g_ir (x_i - mu_r)^2 / N_r`` about the given ``mu_r``, from the sums alone. (At the
+    M-step's means a variance about ``Sx / N`` whatever ``mu`` is given would pass.)"""
     family, data, params = _gaussian_setup(rng, covariance_type)
     _, stats = family.estep(data, params)
     mu = rng.randn(*params.theta.shape)
-    var = family.update_scale(stats, mu)
-    resp = np.exp(family.log_resp(data, params)[1])
-    for k in range(data.n_clients):
-        Xk, _ = data.client(k)
-        rk = resp[data.offsets[k]:data.offsets[k + 1]]
-        d = Xk.shape[1]
-        scatter = [np.einsum("i,ij,il->jl", rk[:, r], Xk - mu[k, r], Xk - mu[k, r]) for r in range(3)]
-        for r in range(3):
-            full = scatter[r] / rk[:, r].sum()
-            expected = {"spherical": [np.diag(full).mean()], "diag": np.diag(full), "full": full.ravel(),
-                        "tied": (sum(scatter) / len(Xk)).ravel()}[covariance_type]
-            np.testing.assert_allclose(var[k, r] - family.reg_covar * (np.eye(d).ravel() if family._matrix else 1),
-                                       expected, rtol=1e-9)
+    np.testing.assert_allclose(family.update_scale(stats, mu),
+                               _weighted_spread(family, data, params, mu, covariance_type), rtol=1e-9)
 
 
 def test_gradient_step_with_eta_one_over_w_is_the_m_step(rng):
