@@ -35,6 +35,10 @@ __all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalCl
            "fit_restarts", "fit_weights"]
 
 
+#: The largest fraction of clients whose convergence a pass leaves to the restart pass that follows it.
+DEFER = 0.01
+
+
 class DivergenceError(RuntimeError):
     """An estimation run produced non-finite parameters or log-likelihood."""
 
@@ -171,62 +175,99 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
         non-finite, or whose parameters left every plausible range (1e8 times
         the size of the data they were fitted on).
     """
-    clients = as_clients(family, data, mode)
-    n_k, K = clients.n_samples, clients.n_clients
-    broadcast, server = strategy.server_start(family, start, n_k)
-    clients.start(strategy, start)
-    params, history, previous, converged, messages = start, [], None, False, None
-    calm = np.zeros(K, dtype=bool)  # clients heard since the stopping rule last failed
-    bound = 1e8 * (1.0 + clients.data_scale)
-    # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(1, max_iter + 1):
-            mask = None if participation is None else participation(t, K)
-            asked = None if mask is None or mask.all() else np.flatnonzero(mask)
-            if asked is None or asked.size:
-                replies, heard = clients.step(strategy, broadcast, asked)
-            else:
-                replies, heard = None, asked
-            everyone = heard.size == K
-            if everyone:
-                messages = replies
-            elif heard.size:
-                if messages is None:
-                    raise RuntimeError("The first round of a run must hear every client: the server has no "
-                                       "earlier message to use for the others.")
-                messages = put(messages, heard, replies)
-            mask = np.zeros(K, dtype=bool)
-            mask[heard] = True
-            if t == 1:
-                start_loglik = messages.loglik
-            broadcast, server = strategy.server_step(messages, server, t)
-            new = broadcast.params
-            _check_finite(strategy, new, messages.loglik, t, bound)
-            mean_ll = messages.loglik / n_k
-            change = max(np.abs(new.theta - params.theta).max(), np.abs(new.weights - params.weights).max())
-            sent = (messages, broadcast) if everyone else (take(messages, heard), take(broadcast, heard))
-            history.append({"log_likelihood": messages.loglik.sum() / n_k.sum(), "parameter_change": change,
-                            **strategy.communication(*sent, server),
-                            **strategy.round_info(server)})
-            progress.round(t, history[-1])
-            params = new
-            if strategy.stop_on == "parameter_change":
-                calm_round = change < tol
-            else:
-                calm_round = previous is not None and np.max(np.abs(mean_ll - previous)) < tol
-            # Stop after calm rounds that heard every client: a round that heard few says little about the rest.
-            calm = calm | mask if calm_round else np.zeros(K, dtype=bool)
-            if calm.all():
-                converged = True
-                break
-            previous = mean_ll
-        loglik = clients.loglik(params)
-    _check_finite(strategy, params, loglik, t, bound)
-    if strategy.ascent:
-        _check_progress(strategy, start_loglik.sum(), loglik.sum())
-    progress.end(t, converged, loglik.sum() / n_k.sum())
-    records = {key: np.array([h[key] for h in history]) for key in history[0]}
-    return FitResult(params, t, converged, records, loglik, strategy.diagnostics(server))
+    return _Pass(strategy, family, as_clients(family, data, mode), start, participation).rounds(max_iter, tol, progress)
+
+
+class _Pass:
+    """The rounds of :func:`run_rounds` from one start, which :meth:`rounds` may stop early and resume.
+
+    :meth:`rounds` with ``restart_next`` also stops once at most ``DEFER`` of the clients still move and
+    :meth:`~fedmm.algorithms.Strategy.restarting` says the restart pass that follows will start every one
+    of them afresh; ``deferred`` then says so, and :func:`run` resumes the pass (the clients retake their
+    state from its start, the server keeps its own) if the restart keeps none of them.
+    """
+
+    def __init__(self, strategy, family, clients, start, participation):
+        self.strategy, self.clients, self.start, self.participation = strategy, clients, start, participation
+        self.broadcast, self.server = strategy.server_start(family, start, clients.n_samples)
+        self.params, self.history, self.previous, self.messages, self.t = start, [], None, None, 0
+        self.calm = np.zeros(clients.n_clients, dtype=bool)  # clients heard since the stopping rule last failed
+        self.start_loglik, self.deferred = None, False
+
+    def rounds(self, max_iter, tol, progress, restart_next=None):
+        """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`."""
+        strategy, clients = self.strategy, self.clients
+        n_k, K = clients.n_samples, clients.n_clients
+        clients.start(strategy, self.start)
+        bound = 1e8 * (1.0 + clients.data_scale)
+        converged, self.deferred = False, False
+        # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
+        with np.errstate(over="ignore", invalid="ignore"):
+            while self.t < max_iter:
+                self.t = t = self.t + 1
+                heard, everyone = self._hear(t, K)
+                mask = np.zeros(K, dtype=bool)
+                mask[heard] = True
+                if t == 1:
+                    self.start_loglik = self.messages.loglik
+                self.broadcast, self.server = strategy.server_step(self.messages, self.server, t)
+                new = self.broadcast.params
+                _check_finite(strategy, new, self.messages.loglik, t, bound)
+                mean_ll = self.messages.loglik / n_k
+                moved = _client_change(new, self.params)
+                sent = (self.messages, self.broadcast) if everyone else \
+                    (take(self.messages, heard), take(self.broadcast, heard))
+                self.history.append({"log_likelihood": self.messages.loglik.sum() / n_k.sum(),
+                                     "parameter_change": moved.max(), **strategy.communication(*sent, self.server),
+                                     **strategy.round_info(self.server)})
+                progress.round(t, self.history[-1])
+                self.params = new
+                if strategy.stop_on == "parameter_change":
+                    moving = moved >= tol
+                else:
+                    moving = np.ones(K, dtype=bool) if self.previous is None else np.abs(mean_ll - self.previous) >= tol
+                calm_round = not moving.any()
+                if not calm_round and restart_next is not None and moving.sum() <= DEFER * K:
+                    # Rounds that move only a few clients, all of which the next pass starts afresh, are spent on
+                    # states it replaces; the pass resumes if it keeps none of them.
+                    fresh = strategy.restarting(strategy.diagnostics(self.server), restart_next)
+                    self.deferred = calm_round = fresh is not None and not (moving & ~fresh).any()
+                # Stop after calm rounds that heard every client: a round that heard few says little about the rest.
+                self.calm = self.calm | mask if calm_round else np.zeros(K, dtype=bool)
+                self.previous = mean_ll
+                if self.calm.all():
+                    converged = True
+                    break
+            loglik = clients.loglik(self.params)
+        _check_finite(strategy, self.params, loglik, self.t, bound)
+        if strategy.ascent:
+            _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
+        progress.end(self.t, converged, loglik.sum() / n_k.sum())
+        records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
+        return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
+
+    def _hear(self, t, K):
+        """One round's replies merged into the server's messages: ``(heard, everyone)``."""
+        mask = None if self.participation is None else self.participation(t, K)
+        asked = None if mask is None or mask.all() else np.flatnonzero(mask)
+        if asked is None or asked.size:
+            replies, heard = self.clients.step(self.strategy, self.broadcast, asked)
+        else:
+            replies, heard = None, asked
+        everyone = heard.size == K
+        if everyone:
+            self.messages = replies
+        elif heard.size:
+            if self.messages is None:
+                raise RuntimeError("The first round of a run must hear every client: the server has no "
+                                   "earlier message to use for the others.")
+            self.messages = put(self.messages, heard, replies)
+        return heard, everyone
+
+
+def _client_change(new, old):
+    """(K,) each client's largest change of a weight or parameter coordinate."""
+    return np.maximum(np.abs(new.theta - old.theta).max(axis=(1, 2)), np.abs(new.weights - old.weights).max(axis=1))
 
 
 def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
@@ -239,8 +280,9 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     refuse, settles the mixed state with one more pass.
     """
     data = as_clients(family, data, mode)
-    result = run_rounds(strategy, family, data, start, max_iter, tol, mode, progress, participation)
-    label = progress.label
+    current = _Pass(strategy, family, data, start, participation)
+    result = current.rounds(max_iter, tol, progress, restart_next=1)
+    passes, label = [result], progress.label
     for attempt in itertools.count(1):
         proposal = strategy.restart(result, attempt)
         if proposal is None:
@@ -248,20 +290,30 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
         restart, fresh = proposal
         restart = restart._replace(weights=data.fit_weights(restart, fresh, max_iter, tol))
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
-        trial = run_rounds(strategy, family, data, restart, max_iter, tol, mode, progress, participation)
+        trial_pass = _Pass(strategy, family, data, restart, participation)
+        trial = trial_pass.rounds(max_iter, tol, progress, attempt + 1)
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
+            if current.deferred:  # the clients it left moving for this restart, which kept none, settle now
+                progress.begin(f"{label}, resumed after restart pass {attempt}")
+                passes[-1] = current.rounds(max_iter, tol, progress)
+                result = _joined(passes, result.restarts, result.restarted)
             break
-        passes = [result, trial]
+        passes, current = [result, trial], trial_pass
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
-            passes.append(run_rounds(strategy, family, data, trial.params.where(keep, result.params), max_iter, tol,
-                                     mode, progress, participation))
-        final = passes[-1]
-        result = final._replace(n_iter=sum(p.n_iter for p in passes),
-                                history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
-                                restarts=attempt, restarted=np.flatnonzero(fresh & keep))
+            current = _Pass(strategy, family, data, trial.params.where(keep, result.params), participation)
+            passes.append(current.rounds(max_iter, tol, progress, attempt + 1))
+        result = _joined(passes, attempt, np.flatnonzero(fresh & keep))
     return result
+
+
+def _joined(passes, restarts, restarted):
+    """Consecutive passes as one run: the last one's outcome, the rounds and history of all."""
+    final = passes[-1]
+    return final._replace(n_iter=sum(p.n_iter for p in passes),
+                          history={k: np.concatenate([p.history[k] for p in passes]) for k in final.history},
+                          restarts=restarts, restarted=restarted)
 
 
 def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", progress=SILENT,

@@ -176,6 +176,11 @@ class Strategy(ABC):
         proportions are refitted to the new start, or None to stop."""
         return None
 
+    def restarting(self, diagnostics, attempt):
+        """(K,) bool: the clients :meth:`restart` ``(result, attempt)`` would start afresh were the pass to end
+        at ``diagnostics``; None when no restart would follow. The engine ends a pass once only these still move."""
+        return None
+
     def keep_restart(self, before, trial):
         """(K,) bool: the clients that keep the restarted pass ``trial`` rather than ``before``."""
         return np.ones(len(before.loglik), dtype=bool)

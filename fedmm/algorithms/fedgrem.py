@@ -385,11 +385,15 @@ class FedGrEM(GradientStrategy):
 
     def restart(self, result, attempt):
         """Clients with an unpooled component restart from the consensus (``center_restarts`` times at most)."""
-        fresh = ~result.diagnostics.pooled.all(axis=1)
-        if attempt > self.center_restarts or not fresh.any():
+        fresh = self.restarting(result.diagnostics, attempt)
+        if fresh is None:
             return None
         theta = np.where(fresh[:, None, None], result.diagnostics.center, result.params.theta)
         return result.params._replace(theta=theta), fresh
+
+    def restarting(self, diagnostics, attempt):
+        fresh = ~diagnostics.pooled.all(axis=1)
+        return fresh if attempt <= self.center_restarts and fresh.any() else None
 
     def keep_restart(self, before, trial):
         """Clients whose own term of FedGrEM's objective the restart raised by more than chance would.
