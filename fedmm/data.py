@@ -83,15 +83,23 @@ class FederatedData:
     def select(self, rows, client_ids=None):
         """New data from ``rows``, one array of row indices per client kept (``client_ids`` names them;
         by default the same clients as here)."""
-        sizes = [len(r) for r in rows]
-        index = np.concatenate(rows).astype(np.intp)
+        return self.take_rows(np.concatenate(rows), [len(r) for r in rows], client_ids)
+
+    def take_rows(self, index, sizes, client_ids=None):
+        """New data from the rows ``index``: the first ``sizes[0]`` of them the first client's, and so on
+        (``client_ids`` names the clients; by default the same clients as here)."""
+        index = np.asarray(index, dtype=np.intp)
         return FederatedData(self.X[index], None if self.y is None else self.y[index],
                              np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp),
                              self.client_ids if client_ids is None else client_ids)
 
     def clients(self, index):
         """The clients ``index`` (positions, in that order) alone."""
-        return self.select([np.arange(self.offsets[k], self.offsets[k + 1]) for k in index], self.client_ids[index])
+        index = np.asarray(index, dtype=np.intp)
+        sizes = self.n_samples[index]
+        first = np.cumsum(sizes) - sizes  # where each client's rows begin in the new data
+        rows = np.arange(sizes.sum()) + np.repeat(self.offsets[index] - first, sizes)
+        return self.take_rows(rows, sizes, self.client_ids[index])
 
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""

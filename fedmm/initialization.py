@@ -55,6 +55,8 @@ from .tuning import TRIM, first_best, kept_clients
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
+#: The most rows of its half of the clients a candidate's family start (k-means) is drawn from.
+CANDIDATE_ROWS = 20_000
 
 __all__ = ["INITS", "make_starts", "align_params", "pooled_family_start", "client_family_starts", "common_start",
            "user_start", "local_em_start", "trimmed_pooled_start"]
@@ -178,8 +180,7 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
 
     candidates = []
     for _ in range(max(n_init, CANDIDATES)):
-        half = np.sort(random_state.choice(K, size=max((K + 1) // 2, 1), replace=False)) if K >= 4 else np.arange(K)
-        subset = data.select([np.arange(data.offsets[k], data.offsets[k + 1]) for k in half], data.client_ids[half])
+        subset = _candidate_rows(data, random_state)
         if subset.n_samples.sum() < n_components:
             subset = data
         start = pooled_family_start(family, subset, n_components, random_state).take([0]).broadcast(K)
@@ -187,6 +188,23 @@ def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, rand
     best = candidates[first_best([score for _, score in candidates])][0]
     best, _ = concentrate(best, max_iter)
     return best._replace(weights=fit_weights(family, data, best, max_iter=max_iter, tol=tol))
+
+
+def _candidate_rows(data, random_state):
+    """The rows a candidate start is drawn on: a random half of the clients, and of their rows at most
+    ``CANDIDATE_ROWS`` drawn at random (a rough start, which the concentration steps on all rows refine;
+    k-means on every row of half of a large federation cost more than the steps)."""
+    K = data.n_clients
+    half = np.sort(random_state.choice(K, size=max((K + 1) // 2, 1), replace=False)) if K >= 4 else np.arange(K)
+    sizes = data.n_samples[half]
+    n = sizes.sum()
+    if n <= CANDIDATE_ROWS:
+        return data.clients(half)
+    keep = np.sort(random_state.choice(n, CANDIDATE_ROWS, replace=False))  # positions among the half's rows
+    owner = np.searchsorted(np.cumsum(sizes), keep, side="right")
+    rows = data.offsets[half][owner] + keep - (np.cumsum(sizes) - sizes)[owner]
+    held = np.bincount(owner, minlength=len(half))
+    return data.take_rows(rows, held[held > 0], data.client_ids[half][held > 0])
 
 
 def align_params(params, method, random_state):

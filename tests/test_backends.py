@@ -7,6 +7,7 @@ from hypothesis import given, strategies as st
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.kernels import _numpy as reference, get_kernels, gpu_available, resolve_backend
 from fedmm.kernels._array_module import kernels as array_module_kernels
+from fedmm.kernels._numba import PIECE, _pieces
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 numba_kernels = get_kernels("numba")
@@ -158,3 +159,17 @@ def test_the_vectorized_exponential_matches_numpys():
     np.testing.assert_allclose(ours[normal], theirs[normal], rtol=1e-15, atol=0)
     np.testing.assert_allclose(ours[~normal], theirs[~normal], rtol=0, atol=5e-324)
     assert exp_block(np.zeros(3))[0] == 1.0 and ours[-1] == 0.0
+
+
+@given(st.lists(st.sampled_from([0, 1, 5, 4095, 4096, 4097, 12288]), min_size=1, max_size=20))
+def test_pieces_cut_every_client_into_consecutive_runs_of_at_most_PIECE_samples(sizes):
+    """The Numba kernels' work units: each client's rows in order, cut every PIECE rows, none for an empty
+    client, each piece owned by its client (the kernels' per-client sums rely on all of it)."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
+    starts, ends, owners = _pieces(offsets)
+    for k, n in enumerate(sizes):
+        mine = owners == k
+        expected = np.arange(offsets[k], offsets[k + 1], PIECE)
+        np.testing.assert_array_equal(starts[mine], expected)
+        np.testing.assert_array_equal(ends[mine], np.minimum(expected + PIECE, offsets[k + 1]))
+    assert np.all(np.diff(owners) >= 0) and len(owners) == sum(-(-n // PIECE) for n in sizes)

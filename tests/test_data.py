@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from fedmm.data import FederatedData
 
@@ -94,3 +95,20 @@ def test_float32_input_is_stored_as_float32_and_anything_else_as_float64(rng):
     assert FederatedData.from_input(X).X.dtype == np.float32
     assert FederatedData.from_input([X[0], X[1].astype(np.float64)]).X.dtype == np.float64
     assert FederatedData.from_input([x.astype(int) for x in X]).X.dtype == np.float64
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=12), st.data())
+def test_a_subset_of_clients_holds_their_rows_in_the_order_asked(sizes, draw):
+    """``clients`` (one vectorized gather) gives each asked client's rows, and ``select`` from per-client
+    row lists the same data."""
+    rng = np.random.RandomState(len(sizes))
+    data = FederatedData.from_input([rng.randn(n, 2) for n in sizes])
+    index = draw.draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, max_size=len(sizes), unique=True))
+    subset = data.clients(index)
+    np.testing.assert_array_equal(subset.client_ids, np.asarray(index))
+    for position, k in enumerate(index):
+        np.testing.assert_array_equal(subset.client(position)[0], data.client(k)[0])
+    rows = [np.arange(data.offsets[k], data.offsets[k + 1]) for k in index]
+    listed = data.select(rows, data.client_ids[index])
+    np.testing.assert_array_equal(listed.X, subset.X)
+    np.testing.assert_array_equal(listed.offsets, subset.offsets)

@@ -1,3 +1,5 @@
+from unittest import mock
+
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
@@ -7,7 +9,7 @@ from fedmm.algorithms import make_strategy
 from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, RegressionFamily, pool_stats
-from fedmm.initialization import make_starts, trimmed_pooled_start
+from fedmm.initialization import _candidate_rows, make_starts, trimmed_pooled_start
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
@@ -170,3 +172,17 @@ def test_trimmed_pooled_start_fits_every_clients_own_proportions():
         _, s = family.estep(data, shared)
         shared = em_update(family, pool_stats(s), data.n_samples.sum(keepdims=True)).broadcast(4)
     assert np.abs(shared.theta[0] - start.theta[0]).max() > 1e-2
+
+
+def test_a_candidate_start_is_drawn_on_at_most_CANDIDATE_ROWS_rows_of_half_the_clients():
+    """Below the cap a candidate gets every row of its half of the clients; above it, a random subset of
+    those rows, each still labelled with its own client."""
+    X = [np.full((n, 1), k, dtype=float) for k, n in enumerate([30, 50, 20, 40, 60, 10])]
+    data = FederatedData.from_input(X)
+    small = _candidate_rows(data, np.random.RandomState(0))
+    assert small.n_clients == 3 and np.array_equal(small.n_samples, data.n_samples[small.client_ids])
+    with mock.patch("fedmm.initialization.CANDIDATE_ROWS", 25):
+        capped = _candidate_rows(data, np.random.RandomState(0))
+    assert capped.n_samples.sum() == 25 and set(capped.client_ids) <= set(small.client_ids)
+    for k, client in enumerate(capped.client_ids):
+        assert np.all(capped.client(k)[0] == client)  # every row is its client's (X holds the client's index)

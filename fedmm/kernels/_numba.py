@@ -40,14 +40,12 @@ def _pieces(offsets):
 
 @lru_cache(maxsize=32)
 def _cut(key, dtype):
-    offsets = np.frombuffer(key, dtype=dtype)
-    starts, ends, owners = [], [], []
-    for k, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
-        cut = np.arange(a, b, PIECE, dtype=np.int64)
-        starts.append(cut)
-        ends.append(np.minimum(cut + PIECE, b))
-        owners.append(np.full(len(cut), k, dtype=np.int64))
-    return np.concatenate(starts), np.concatenate(ends).astype(np.int64), np.concatenate(owners)
+    offsets = np.frombuffer(key, dtype=dtype).astype(np.int64)
+    cuts = -(-np.diff(offsets) // PIECE)  # pieces per client, none for an empty one
+    owners = np.repeat(np.arange(len(cuts), dtype=np.int64), cuts)
+    first = np.cumsum(cuts) - cuts  # each client's first piece
+    starts = offsets[owners] + (np.arange(len(owners), dtype=np.int64) - first[owners]) * PIECE
+    return starts, np.minimum(starts + PIECE, offsets[owners + 1]), owners
 
 
 #: How ``precision`` is laid out: one per component, one per coordinate, or a flattened ``P`` (full).
