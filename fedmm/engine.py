@@ -277,7 +277,9 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     for a new start and the clients to refit their proportions to it
     (:func:`fit_weights`); runs it; keeps it for the clients
     :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
-    refuse, settles the mixed state with one more pass.
+    refuse, settles the mixed state with one more pass. A pass that a restart
+    follows may stop while the few clients it would start afresh still move
+    (:class:`_Pass`); if none of them keeps the restart, that pass resumes.
     """
     data = as_clients(family, data, mode)
     current = _Pass(strategy, family, data, start, participation)
