@@ -193,6 +193,10 @@ class _Pass:
         self.params, self.history, self.previous, self.messages, self.t = start, [], None, None, 0
         self.calm = np.zeros(clients.n_clients, dtype=bool)  # clients heard since the stopping rule last failed
         self.start_loglik, self.deferred = None, False
+        # Per-client strategies' clients solve separate problems: in the tail of a pass (at most DEFER of
+        # them still moving) each calm one stops, as scikit-learn's fit on it alone would, and only the
+        # others step; before it, every client steps until all are calm at once.
+        self.tail = False
 
     def rounds(self, max_iter, tol, progress, restart_next=None):
         """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`."""
@@ -205,7 +209,7 @@ class _Pass:
         with np.errstate(over="ignore", invalid="ignore"):
             while self.t < max_iter:
                 self.t = t = self.t + 1
-                heard, everyone = self._hear(t, K)
+                heard, everyone = self._hear(t, K, np.flatnonzero(~self.calm) if self.tail else None)
                 mask = np.zeros(K, dtype=bool)
                 mask[heard] = True
                 if t == 1:
@@ -232,8 +236,14 @@ class _Pass:
                     # states it replaces; the pass resumes if it keeps none of them.
                     fresh = strategy.restarting(strategy.diagnostics(self.server), restart_next)
                     self.deferred = calm_round = fresh is not None and not (moving & ~fresh).any()
-                # Stop after calm rounds that heard every client: a round that heard few says little about the rest.
-                self.calm = self.calm | mask if calm_round else np.zeros(K, dtype=bool)
+                self.tail = self.tail or (strategy.per_client and self.participation is None and t > 1
+                                          and moving.sum() <= DEFER * K)
+                if self.tail:
+                    self.calm |= ~moving
+                else:
+                    # Stop after calm rounds that heard every client: a round that heard few says little about
+                    # the rest.
+                    self.calm = self.calm | mask if calm_round else np.zeros(K, dtype=bool)
                 self.previous = mean_ll
                 if self.calm.all():
                     converged = True
@@ -246,10 +256,12 @@ class _Pass:
         records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
         return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
 
-    def _hear(self, t, K):
-        """One round's replies merged into the server's messages: ``(heard, everyone)``."""
-        mask = None if self.participation is None else self.participation(t, K)
-        asked = None if mask is None or mask.all() else np.flatnonzero(mask)
+    def _hear(self, t, K, asked=None):
+        """One round's replies merged into the server's messages: ``(heard, everyone)``. The clients asked are
+        ``asked`` when given, else those ``participation`` picks (None: all)."""
+        if asked is None and self.participation is not None:
+            mask = self.participation(t, K)
+            asked = None if mask is None or mask.all() else np.flatnonzero(mask)
         if asked is None or asked.size:
             replies, heard = self.clients.step(self.strategy, self.broadcast, asked)
         else:

@@ -3,7 +3,8 @@
 - batched and per-client rounds give the same estimates, for every method and both families;
 - the server sees only the declared message fields, whose sizes do not depend on the clients' sample sizes;
 - every bad constructor argument is refused, naming it, before any data are read;
-- a pass leaves its last few moving clients to the restart that follows, and resumes if it keeps none.
+- a pass leaves its last few moving clients to the restart that follows, and resumes if it keeps none;
+- in the tail of a pass, a per-client method's calm clients stop.
 """
 
 import re
@@ -16,8 +17,10 @@ from sklearn.base import clone
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import METHODS, make_strategy
 from fedmm.data import FederatedData
+from fedmm.clients import LocalClients, as_clients
 from fedmm.engine import run
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
+from fedmm.initialization import client_family_starts
 from fedmm.metrics import estimation_errors
 from fedmm.protocol import ClientMessage
 from fedmm.simulate import make_federated_gmm, make_federated_mor
@@ -111,6 +114,28 @@ def test_a_deferred_pass_resumes_where_it_stopped_when_the_restart_keeps_none(ca
     assert deferred.n_iter_ == full.n_iter_
     np.testing.assert_array_equal(deferred.means_, full.means_)
     np.testing.assert_array_equal(deferred.weights_, full.weights_)
+
+
+def test_local_em_clients_stop_at_their_own_calm_round_once_few_still_move():
+    """Local EM's clients solve separate problems: once at most 1% of them still move, each calm client
+    stops (scikit-learn's rule, client by client) and only the others are asked. The clients that stopped
+    keep their estimates: EM's further rounds could only have raised their likelihood, never lowered it."""
+    X, _ = make_federated_gmm(300, 50, random_state=0)
+    data, family = FederatedData.from_input(X), GaussianFamily("diag")
+    start = client_family_starts(as_clients(family, data), 5, np.random.RandomState(0))
+    asked, step = [], LocalClients.step
+
+    def counted(self, strategy, broadcast, heard=None):
+        asked.append(self.n_clients if heard is None else len(heard))
+        return step(self, strategy, broadcast, heard)
+
+    with mock.patch("fedmm.engine.DEFER", 0.0):
+        every = run(make_strategy("local-em"), family, data, start, 500, 1e-3)
+    with mock.patch.object(LocalClients, "step", counted):
+        tail = run(make_strategy("local-em"), family, data, start, 500, 1e-3)
+    assert tail.converged and min(asked) <= 3 and sum(asked) < 300 * every.n_iter
+    gain = (every.loglik - tail.loglik) / data.n_samples
+    assert gain.min() > -1e-9 and 0 < np.count_nonzero(gain > 1e-9) < 300
 
 
 def _shapes(value):
