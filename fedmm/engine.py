@@ -184,7 +184,8 @@ class _Pass:
     :meth:`rounds` with ``restart_next`` also stops once at most ``DEFER`` of the clients still move and
     :meth:`~fedmm.algorithms.Strategy.restarting` says the restart pass that follows will start every one
     of them afresh; ``deferred`` then says so, and :func:`run` resumes the pass (the clients retake their
-    state from its start, the server keeps its own) if the restart keeps none of them.
+    state from its start, the server keeps its own) if the restart keeps none of them. A per-client
+    strategy's pass, once at most ``DEFER`` of the clients still move, stops asking the calm ones.
     """
 
     def __init__(self, strategy, family, clients, start, participation):
@@ -204,6 +205,8 @@ class _Pass:
         n_k, K = clients.n_samples, clients.n_clients
         clients.start(strategy, self.start)
         bound = 1e8 * (1.0 + clients.data_scale)
+        if self.deferred:  # resumed: the early stop was no evidence of calm
+            self.calm[:] = False
         converged, self.deferred = False, False
         # Overflow on the way to a divergence is reported once, by _check_finite, not as numpy warnings.
         with np.errstate(over="ignore", invalid="ignore"):
