@@ -146,23 +146,26 @@ def _stepwise(theta, order):
     return perms
 
 
-def _consensus(theta, rng, max_rounds=50, n_reference_candidates=64):
+def _consensus(theta, rng, max_rounds=50, n_reference_candidates=64, n_medoid_sample=1000):
     """fedmm's polynomial alignment: match every client to a robust reference, to a fixed point.
 
     1. Reference: the medoid client, the one with the smallest total optimal
        matching cost to all clients (candidates: all clients, or 64 drawn at
-       random when K > 64). An outlier is far from every inlier, so while
-       outliers are a minority the medoid is an inlier, wherever it stands
-       in the client order.
+       random when K > 64; the totals over all clients, or over 1,000 drawn
+       at random when K > 1,000, a sample whose totals rank the candidates
+       as the full sums do up to noise of a few per cent). An outlier is far
+       from every inlier, so while outliers are a minority the medoid is an
+       inlier, wherever it stands in the client order.
     2. Match every client to the reference (:func:`_match_to`: its exact optimal matching).
     3. New reference: the coordinate-wise median of the aligned clients (robust
        to a minority of outliers); repeat 2-3 until no label changes.
 
-    Cost: ``O(min(K, 64) K R^3)`` for the medoid, ``O(K R^3)`` per round.
+    Cost: ``O(min(K, 64) min(K, 1000) R^3)`` for the medoid, ``O(K R^3)`` per round.
     """
     K, R, _ = theta.shape
     candidates = np.arange(K) if K <= n_reference_candidates else rng.choice(K, n_reference_candidates, False)
-    totals = [_match_to(theta[c], theta)[1].sum() for c in candidates]
+    sample = theta if K <= n_medoid_sample else theta[np.sort(rng.choice(K, n_medoid_sample, False))]
+    totals = [_match_to(theta[c], sample)[1].sum() for c in candidates]
     reference = theta[candidates[int(np.argmin(totals))]]
     perms = None
     for _ in range(max_rounds):

@@ -134,6 +134,19 @@ def test_outliers_first_break_stepwise_but_not_consensus():
     assert _aligned_up_to_one_relabelling(align(theta, "stepwise", order=order).perms[inl], true_perm[inl])
 
 
+def test_consensus_medoid_from_a_sample_of_many_clients_aligns_every_inlier():
+    """Above 1,000 clients the medoid's totals are over 1,000 drawn at random: with a third of the
+    clients outliers placed first, every inlier still ends in one labelling."""
+    rng = np.random.RandomState(5)
+    K, R, p = 1500, 4, 3
+    centers = 4.0 * np.eye(R, p)
+    truth = centers[None] + 0.3 * rng.randn(K, R, p)
+    truth[:500] = 20.0 + 3.0 * rng.randn(500, R, p)
+    theta, true_perm = _scrambled(truth, rng)
+    perms = align(theta, "consensus", random_state=0).perms
+    assert _aligned_up_to_one_relabelling(perms[500:], true_perm[500:])
+
+
 def test_greedy_keeps_the_best_of_its_random_orders():
     theta = np.random.RandomState(2).randn(12, 4, 3)
     a = align(theta, "greedy", n_orders=10, random_state=3)
