@@ -96,10 +96,13 @@ class FederatedData:
     def clients(self, index):
         """The clients ``index`` (positions, in that order) alone."""
         index = np.asarray(index, dtype=np.intp)
+        return self.take_rows(self.client_rows(index), self.n_samples[index], self.client_ids[index])
+
+    def client_rows(self, index):
+        """The rows of the clients ``index`` (positions), client after client, as one index array."""
         sizes = self.n_samples[index]
-        first = np.cumsum(sizes) - sizes  # where each client's rows begin in the new data
-        rows = np.arange(sizes.sum()) + np.repeat(self.offsets[index] - first, sizes)
-        return self.take_rows(rows, sizes, self.client_ids[index])
+        first = np.cumsum(sizes) - sizes  # where each client's rows begin in the result
+        return np.arange(sizes.sum()) + np.repeat(self.offsets[index] - first, sizes)
 
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""

@@ -35,7 +35,8 @@ __all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalCl
            "fit_restarts", "fit_weights"]
 
 
-#: The largest fraction of clients whose convergence a pass leaves to the restart pass that follows it.
+#: A pass's tail: at most this fraction of the clients still moving. There a pass that a restart follows
+#: leaves them to the restart (FedGrEM), and a per-client strategy's calm clients stop (:class:`_Pass`).
 DEFER = 0.01
 
 
@@ -234,13 +235,13 @@ class _Pass:
                 else:
                     moving = np.ones(K, dtype=bool) if self.previous is None else np.abs(mean_ll - self.previous) >= tol
                 calm_round = not moving.any()
-                if not calm_round and restart_next is not None and moving.sum() <= DEFER * K:
+                tail = t > 1 and moving.sum() <= DEFER * K
+                if not calm_round and restart_next is not None and tail:
                     # Rounds that move only a few clients, all of which the next pass starts afresh, are spent on
                     # states it replaces; the pass resumes if it keeps none of them.
                     fresh = strategy.restarting(strategy.diagnostics(self.server), restart_next)
                     self.deferred = calm_round = fresh is not None and not (moving & ~fresh).any()
-                self.tail = self.tail or (strategy.per_client and self.participation is None and t > 1
-                                          and moving.sum() <= DEFER * K)
+                self.tail = self.tail or (tail and strategy.per_client and self.participation is None)
                 if self.tail:
                     self.calm |= ~moving
                 else:

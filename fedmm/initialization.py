@@ -196,15 +196,12 @@ def _candidate_rows(data, random_state):
     k-means on every row of half of a large federation cost more than the steps)."""
     K = data.n_clients
     half = np.sort(random_state.choice(K, size=max((K + 1) // 2, 1), replace=False)) if K >= 4 else np.arange(K)
-    sizes = data.n_samples[half]
-    n = sizes.sum()
-    if n <= CANDIDATE_ROWS:
+    rows = data.client_rows(half)
+    if len(rows) <= CANDIDATE_ROWS:
         return data.clients(half)
-    keep = np.sort(random_state.choice(n, CANDIDATE_ROWS, replace=False))  # positions among the half's rows
-    owner = np.searchsorted(np.cumsum(sizes), keep, side="right")
-    rows = data.offsets[half][owner] + keep - (np.cumsum(sizes) - sizes)[owner]
-    held = np.bincount(owner, minlength=len(half))
-    return data.take_rows(rows, held[held > 0], data.client_ids[half][held > 0])
+    keep = np.sort(random_state.choice(len(rows), CANDIDATE_ROWS, replace=False))  # positions among the half's rows
+    held = np.bincount(np.searchsorted(np.cumsum(data.n_samples[half]), keep, side="right"), minlength=len(half))
+    return data.take_rows(rows[keep], held[held > 0], data.client_ids[half][held > 0])
 
 
 def align_params(params, method, random_state):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from fedmm.alignment import bottleneck, _enclosing_radius, align, check_assumptions, score
+from fedmm.alignment import bottleneck, _consensus, _enclosing_radius, align, check_assumptions, score
 
 
 def _scrambled(truth, rng):
@@ -145,6 +145,9 @@ def test_consensus_medoid_from_a_sample_of_many_clients_aligns_every_inlier():
     theta, true_perm = _scrambled(truth, rng)
     perms = align(theta, "consensus", random_state=0).perms
     assert _aligned_up_to_one_relabelling(perms[500:], true_perm[500:])
+    # The same alignment as from the full sums, up to one relabelling of all clients.
+    full = _consensus(theta, np.random.RandomState(0), n_medoid_sample=K)
+    assert _aligned_up_to_one_relabelling(_consensus(theta, np.random.RandomState(0)), full)
 
 
 def test_greedy_keeps_the_best_of_its_random_orders():
