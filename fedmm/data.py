@@ -218,6 +218,37 @@ def check_components(n_samples, client_ids, n_components, *, per_client, stackle
                   UserWarning, stacklevel=stacklevel)
 
 
+def singular_components(N, minimum):
+    """Which components of per-client fits are singular: ``0.5 <= N_kr < minimum`` (K, R), bool.
+
+    A client fitting its mixture alone (local EM) can give a component one or two of its samples: the
+    component's variance (or a regression's residual) is then zero up to the regularizer, its likelihood
+    nearly unbounded, and which samples it holds is decided by the start and by rounding, not by the data
+    (so the fit is equivariant only to rounding; ``docs/units.md``). ``minimum`` is the family's
+    :meth:`~fedmm.families.Family.min_component_size`. Components with less than half a sample are empty
+    rather than singular: they weigh nothing.
+    """
+    N = np.asarray(N)
+    return (N >= 0.5) & (N < minimum)
+
+
+def check_component_sizes(singular, client_ids, minimum, *, stacklevel=4):
+    """Warn about the ``singular`` components (:func:`singular_components`), naming their clients.
+    scikit-learn fits such components silently; fedmm names them, since a method that pools across clients
+    estimates them well."""
+    if not singular.any():
+        return
+    clients = np.flatnonzero(singular.any(axis=1))
+    names = ", ".join(f"{_name(k, client_ids[k])} ({singular[k].sum()})" for k in clients[:5])
+    more = f" and {clients.size - 5} more clients" if clients.size > 5 else ""
+    warnings.warn(f"{singular.sum()} of {singular.size} components rest on fewer than {minimum} samples of "
+                  f"their client, in {names}{more}: fitted by a client alone such a component is singular (a "
+                  "variance of zero, or a regression line through its points), held only by the regularizer; it "
+                  "sits on its few samples and the fit depends on the start and on rounding. Use a method that "
+                  "pools across clients (e.g. 'fedgrem'), fewer components, or a simpler covariance or noise "
+                  "model.", UserWarning, stacklevel=stacklevel)
+
+
 def _name(k, client_id):
     client_id = getattr(client_id, "item", lambda: client_id)()  # numpy scalar -> plain Python value
     return f"client {k}" if client_id == k else f"client {client_id!r}"

@@ -23,7 +23,7 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
-from .data import FederatedData, check_components
+from .data import FederatedData, check_component_sizes, check_components, singular_components
 from .clients import LocalClients, fit_weights
 from .engine import Participation, Progress, fit_restarts
 from .families import GaussianFamily, MixtureParams, RegressionFamily
@@ -231,6 +231,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
+        minimum = family.min_component_size(n_features) if strategy.per_client else 0
+        self.singular_components_ = singular_components(clients.n_samples[:, None] * params.weights, minimum)
+        check_component_sizes(self.singular_components_, client_ids, minimum, stacklevel=5)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
@@ -676,6 +679,11 @@ _SHARED_ATTRS_DOC = """
         bounds each pass, and FedGrEM's restarts from the consensus
         (``center_restarts``) add passes, so ``n_iter_`` can exceed it.
     converged_ : bool
+    singular_components_ : ndarray of shape (n_clients, n_components), bool
+        Per-client methods (local EM, local gradient EM): components that hold at least half a sample but
+        fewer than their own variance needs (two for a diagonal variance, ``d + 1`` for a full
+        covariance, the coefficients and one more for a regression), which the fit warns about
+        (``docs/units.md``). All False for methods that pool across clients.
     log_likelihood_ : ndarray of shape (n_clients,)
         Mean log-likelihood per sample of every client at the fitted parameters.
     lower_bound_ : float

@@ -48,6 +48,8 @@ def _one_fit(model, method, setting, seed, fit_options):
     with warnings.catch_warnings():
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)
+        # So are local EM's singular components (the row's singular_components).
+        warnings.filterwarnings("ignore", message=".* components rest on fewer than", category=UserWarning)
         if model == "gmm":
             X, truth = make_federated_gmm(h=h, random_state=seed, **design)
             est = FederatedGaussianMixture(truth.centers.shape[0], method=method, **common).fit(X)
@@ -72,6 +74,7 @@ def _one_fit(model, method, setting, seed, fit_options):
             "weight_error_separate": float(w_sep[keep].max()), "theta_error_mean": float(theta_err[keep].mean()),
             "weight_error_mean": float(w_err[keep].mean()), "misclustering": float(np.mean(mis)),
             "ari": float(np.mean(ari)), "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
+            "singular_components": int(est.singular_components_[keep].sum()),
             "messages": int(est.history_["messages"].sum()), "floats": int(est.history_["floats"].sum())}
 
 

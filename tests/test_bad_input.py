@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import DivergenceError, FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import make_strategy
@@ -146,3 +147,56 @@ def test_an_unconverged_central_problem_warns():
     with pytest.warns(UserWarning, match="central problem stopped unconverged"):
         run(make_strategy("fedgrem", central_max_iter=1, penalty=3.0, center_restarts=0), GaussianFamily(),
             FederatedData.from_input(Xs), start, 3, 0.0)
+
+
+# A per-client fit that gives a component fewer samples than its variance needs is singular; it warns, naming the
+# clients, and a fit with enough samples per component does not (docs/units.md).
+TINY = [np.random.RandomState(k).standard_normal((6, 2)) for k in range(4)]
+
+
+@pytest.mark.parametrize("method", ["local-em", "local-grem"])
+def test_per_client_fits_warn_about_singular_components(method):
+    with pytest.warns(UserWarning, match=r"rest on fewer than 2 samples of their client, in client 0"):
+        gm = FederatedGaussianMixture(5, method=method, max_iter=20, random_state=0).fit(TINY)
+    N = np.array([len(x) for x in TINY])[:, None] * gm.weights_
+    assert np.array_equal(gm.singular_components_, (N >= 0.5) & (N < 2)) and gm.singular_components_.any()
+
+
+def test_the_warning_follows_the_family_size_and_the_callers_ids():
+    x = [np.linspace(0.0, 1.0, 8)[:, None] + 0.01 * k for k in range(3)]
+    y = [np.random.RandomState(k).standard_normal(8) for k in range(3)]
+    with pytest.warns(UserWarning, match=r"fewer than 3 samples of their client, in client 'a'"):
+        FederatedMixtureRegression(3, method="local-em", max_iter=20, random_state=0).fit(
+            np.concatenate(x), np.concatenate(y), groups=np.repeat(["a", "b", "c"], 8))
+
+
+@pytest.mark.parametrize("options", [dict(method="local-em", covariance_type="identity"),
+                                     dict(method="fedgrem"), dict(method="pooled-em")])
+def test_no_warning_without_a_per_client_variance_or_a_per_client_fit(options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gm = FederatedGaussianMixture(5, max_iter=20, random_state=0, **options).fit(TINY)
+    assert gm.singular_components_.shape == (4, 5) and not gm.singular_components_.any()
+
+
+def test_no_warning_with_enough_samples_per_component():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)
+        FederatedGaussianMixture(5, method="local-em", max_iter=20, random_state=0).fit(X)
+        FederatedMixtureRegression(2, method="local-em", max_iter=20, random_state=0).fit(XM, YM)
+
+
+def test_minimum_component_sizes():
+    assert [GaussianFamily(c).min_component_size(4) for c in ("identity", "spherical", "diag", "tied", "full")] \
+        == [0, 2, 2, 0, 5]
+    from fedmm.families import RegressionFamily
+    assert [RegressionFamily(fit_intercept=i, noise_variance=v).min_component_size(3)
+            for i, v in ((True, "component"), (False, "component"), (True, "shared"), (True, 1.0))] == [5, 4, 4, 4]
+
+
+def test_empty_components_are_not_singular():
+    from fedmm.data import singular_components
+    assert not singular_components([[30.0, 0.0], [29.6, 0.4]], 2).any()
+    assert singular_components([[30.0, 0.0], [29.0, 1.0]], 2).tolist() == [[False, False], [False, True]]
+    assert not singular_components([[30.0, 1.0]], 0).any()

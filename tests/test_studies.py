@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,13 @@ def test_unknown_backends_and_missing_engines_are_clear_errors(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "ray", None)          # ray not installed
     with pytest.raises(ImportError, match=r"pip install 'fedmm\[ray\]'"):
         run_study("gmm", ("local-em",), reps=1, backend="ray")
+
+
+def test_study_rows_count_singular_components_instead_of_warning():
+    """Local EM with fewer samples per component than coefficients: recorded in the row, not printed per fit."""
+    settings = [{"h": 0.0, "n_clients": 3, "n_samples": 20}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        rows = run_study("mor", ("local-em", "fedgrem"), settings, reps=1, fit_options={"max_iter": 30})
+    singular = {r["method"]: r["singular_components"] for r in rows}
+    assert singular["local-em"] > 0 and singular["fedgrem"] == 0
