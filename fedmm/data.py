@@ -218,35 +218,51 @@ def check_components(n_samples, client_ids, n_components, *, per_client, stackle
                   UserWarning, stacklevel=stacklevel)
 
 
-def singular_components(N, minimum):
-    """Which components of per-client fits are singular: ``0.5 <= N_kr < minimum`` (K, R), bool.
+class SingularComponentWarning(UserWarning):
+    """A fitted component holds fewer samples than its own variance needs (:func:`singular_components`)."""
 
-    A client fitting its mixture alone (local EM) can give a component one or two of its samples: the
-    component's variance (or a regression's residual) is then zero up to the regularizer, its likelihood
-    nearly unbounded, and which samples it holds is decided by the start and by rounding, not by the data
-    (so the fit is equivariant only to rounding; ``docs/units.md``). ``minimum`` is the family's
-    :meth:`~fedmm.families.Family.min_component_size`. Components with less than half a sample are empty
-    rather than singular: they weigh nothing.
+
+def singular_components(N, minimum, *, per_client=True):
+    """Which components are singular (K, R), bool: those whose own estimate rests on at least half a sample
+    but fewer than ``minimum``, the family's :meth:`~fedmm.families.Family.min_component_size`.
+
+    With ``per_client`` (each client fits its mixture alone, as local EM does) a component's estimate rests
+    on its client's ``N_kr``; otherwise on at most the federation's ``sum_k N_kr``, so a component is
+    singular on every client when that total is too small. Such a component's variance (or a regression's
+    residual) is zero up to the regularizer and its likelihood nearly unbounded: it sits on a few samples
+    (a spurious maximizer of the likelihood), and which samples, the start and rounding decide (so the fit
+    is equivariant only to rounding; ``docs/units.md``). Components with less than half a sample are
+    empty rather than singular: they weigh nothing.
     """
-    N = np.asarray(N)
+    N = np.asarray(N, dtype=float)
+    if not per_client:
+        N = np.broadcast_to(N.sum(axis=0), N.shape)
     return (N >= 0.5) & (N < minimum)
 
 
-def check_component_sizes(singular, client_ids, minimum, *, stacklevel=4):
-    """Warn about the ``singular`` components (:func:`singular_components`), naming their clients.
-    scikit-learn fits such components silently; fedmm names them, since a method that pools across clients
-    estimates them well."""
+def check_component_sizes(singular, N, client_ids, minimum, *, per_client, stacklevel=4):
+    """Warn about the ``singular`` components (:func:`singular_components` of the sizes ``N``), naming their
+    clients, or with ``per_client=False`` the components and their total sizes. scikit-learn fits such
+    components silently (mclust reports their BIC as missing)."""
     if not singular.any():
         return
-    clients = np.flatnonzero(singular.any(axis=1))
-    names = ", ".join(f"{_name(k, client_ids[k])} ({singular[k].sum()})" for k in clients[:5])
-    more = f" and {clients.size - 5} more clients" if clients.size > 5 else ""
-    warnings.warn(f"{singular.sum()} of {singular.size} components rest on fewer than {minimum} samples of "
-                  f"their client, in {names}{more}: fitted by a client alone such a component is singular (a "
-                  "variance of zero, or a regression line through its points), held only by the regularizer; it "
-                  "sits on its few samples and the fit depends on the start and on rounding. Use a method that "
-                  "pools across clients (e.g. 'fedgrem'), fewer components, or a simpler covariance or noise "
-                  "model.", UserWarning, stacklevel=stacklevel)
+    if per_client:
+        clients = np.flatnonzero(singular.any(axis=1))
+        names = ", ".join(f"{_name(k, client_ids[k])} ({singular[k].sum()})" for k in clients[:5])
+        more = f" and {clients.size - 5} more clients" if clients.size > 5 else ""
+        where = (f"{singular.sum()} of {singular.size} components rest on fewer than {minimum} samples of their "
+                 f"client, in {names}{more}: fitted by a client alone such a component")
+        advice = "a method that pools across clients (e.g. 'fedgrem'), fewer components"
+    else:
+        total = np.asarray(N, dtype=float).sum(axis=0)
+        # Rounded down, so that a total just below the minimum does not print as the minimum.
+        held = ", ".join(f"{r} ({np.floor(100 * total[r]) / 100:g})" for r in np.flatnonzero(singular[0]))
+        where = (f"Component(s) {held} hold fewer than {minimum} samples over all clients: such a component")
+        advice = "other starts (n_init), fewer components"
+    warnings.warn(f"{where} is singular (a variance of zero, or a regression line through its points), held "
+                  "only by the regularizer; it sits on its few samples, a spurious maximizer of the likelihood, "
+                  f"and the fit depends on the start and on rounding. Use {advice}, or a simpler covariance or "
+                  "noise model.", SingularComponentWarning, stacklevel=stacklevel)
 
 
 def _name(k, client_id):

@@ -231,9 +231,10 @@ class _FederatedMixture(BaseEstimator, ABC):
         for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
-        minimum = family.min_component_size(n_features) if strategy.per_client else 0
-        self.singular_components_ = singular_components(clients.n_samples[:, None] * params.weights, minimum)
-        check_component_sizes(self.singular_components_, client_ids, minimum, stacklevel=5)
+        N, minimum = clients.n_samples[:, None] * params.weights, family.min_component_size(n_features)
+        self.singular_components_ = singular_components(N, minimum, per_client=strategy.per_client)
+        check_component_sizes(self.singular_components_, N, client_ids, minimum, per_client=strategy.per_client,
+                              stacklevel=5)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
@@ -680,10 +681,10 @@ _SHARED_ATTRS_DOC = """
         (``center_restarts``) add passes, so ``n_iter_`` can exceed it.
     converged_ : bool
     singular_components_ : ndarray of shape (n_clients, n_components), bool
-        Per-client methods (local EM, local gradient EM): components that hold at least half a sample but
-        fewer than their own variance needs (two for a diagonal variance, ``d + 1`` for a full
-        covariance, the coefficients and one more for a regression), which the fit warns about
-        (``docs/units.md``). All False for methods that pool across clients.
+        Components that hold at least half a sample but fewer than their own variance needs (two for a
+        diagonal variance, ``d + 1`` for a full covariance, the coefficients and one more for a
+        regression): of their client for per-client methods (local EM, local gradient EM), over all
+        clients for the others. The fit warns about them (``docs/units.md``).
     log_likelihood_ : ndarray of shape (n_clients,)
         Mean log-likelihood per sample of every client at the fitted parameters.
     lower_bound_ : float

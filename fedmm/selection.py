@@ -26,16 +26,21 @@ Three criteria, each computed without pooling any data:
 
 The grid is ``n_components`` times, for Gaussian mixtures, ``covariance_types``
 (mclust's habit of comparing models over both), and the best setting is
-refitted on all the data.
+refitted on all the data. A fit with singular components (fewer samples than
+a component's own variance needs, ``singular_components_``) gets no BIC or ICL
+(NaN in the table, mclust's NA) and is not chosen: its likelihood is that of a
+component collapsed onto a few samples, not of the data.
 """
 
 from typing import NamedTuple
+
+import warnings
 
 import numpy as np
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 
-from .data import FederatedData
+from .data import FederatedData, SingularComponentWarning
 from .tuning import TRIM, one_standard_error, trimmed_mean
 
 __all__ = ["CRITERIA", "Selection", "select_n_components", "client_folds"]
@@ -53,7 +58,8 @@ class Selection(NamedTuple):
         ``"n_components"``, ``"covariance_type"`` (Gaussian mixtures; None
         otherwise) and ``"score"``, one entry per setting of the grid; the score
         is the criterion, lower is better (for ``"cv"`` the negated trimmed
-        held-out log-likelihood per sample).
+        held-out log-likelihood per sample); NaN for BIC and ICL where the fit
+        had singular components.
     best_params : dict
         The estimator arguments of the chosen setting: the lowest score, or for
         ``"cv"`` the one-standard-error choice.
@@ -79,7 +85,7 @@ class Selection(NamedTuple):
             rows = types == kind
             ax.plot(self.table["n_components"][rows], self.table["score"][rows], "o-",
                     label=kind if kind is not None else None)
-        ax.plot(self.best_params["n_components"], self.table["score"].min(), "k*", markersize=14, label="chosen")
+        ax.plot(self.best_params["n_components"], np.nanmin(self.table["score"]), "k*", markersize=14, label="chosen")
         ax.set_xlabel("number of components R")
         ax.set_ylabel({"cv": "- trimmed held-out log-lik. per sample"}.get(self.criterion, self.criterion.upper()))
         ax.legend()
@@ -149,7 +155,11 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
         best = settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]]
     else:
         scores = np.array(scores)
-        best = settings[int(np.argmin(scores))]
+        if np.isnan(scores).all():
+            raise ValueError(f"Every setting's fit has singular components (fewer samples than a component's own "
+                             f"variance needs), so none has a {criterion.upper()}: try fewer components, a simpler "
+                             "covariance_type or noise model, or criterion='cv'.")
+        best = settings[int(np.nanargmin(scores))]
     table = {"n_components": np.array([s["n_components"] for s in settings]),
              "covariance_type": np.array([s.get("covariance_type") for s in settings], dtype=object),
              "score": scores}
@@ -163,8 +173,10 @@ def _score(model, Xs, ys, criterion, folds, n_folds):
     log-likelihood per sample (K,)."""
     args = (Xs, ys) if ys is not None else (Xs,)
     if criterion != "cv":
-        model.fit(*args)
-        return getattr(model, criterion)(*args)
+        with warnings.catch_warnings():  # reported as a missing score instead
+            warnings.simplefilter("ignore", SingularComponentWarning)
+            model.fit(*args)
+        return np.nan if model.singular_components_.any() else getattr(model, criterion)(*args)
     held_out = [np.zeros(len(Xk)) for Xk in Xs]
     for v in range(n_folds):
         train = [f != v for f in folds]

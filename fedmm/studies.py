@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from tqdm.auto import tqdm
 
 from .algorithms import METHODS
+from .data import SingularComponentWarning
 from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
 from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
@@ -49,7 +50,7 @@ def _one_fit(model, method, setting, seed, fit_options):
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)
         # So are local EM's singular components (the row's singular_components).
-        warnings.filterwarnings("ignore", message=".* components rest on fewer than", category=UserWarning)
+        warnings.simplefilter("ignore", SingularComponentWarning)
         if model == "gmm":
             X, truth = make_federated_gmm(h=h, random_state=seed, **design)
             est = FederatedGaussianMixture(truth.centers.shape[0], method=method, **common).fit(X)

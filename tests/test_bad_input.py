@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from fedmm import DivergenceError, FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm import DivergenceError, FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
 from fedmm.algorithms import make_strategy
 from fedmm.data import FederatedData
 from fedmm.engine import run
@@ -156,7 +156,7 @@ TINY = [np.random.RandomState(k).standard_normal((6, 2)) for k in range(4)]
 
 @pytest.mark.parametrize("method", ["local-em", "local-grem"])
 def test_per_client_fits_warn_about_singular_components(method):
-    with pytest.warns(UserWarning, match=r"rest on fewer than 2 samples of their client, in client 0"):
+    with pytest.warns(SingularComponentWarning, match=r"rest on fewer than 2 samples of their client, in client 0"):
         gm = FederatedGaussianMixture(5, method=method, max_iter=20, random_state=0).fit(TINY)
     N = np.array([len(x) for x in TINY])[:, None] * gm.weights_
     assert np.array_equal(gm.singular_components_, (N >= 0.5) & (N < 2)) and gm.singular_components_.any()
@@ -165,17 +165,16 @@ def test_per_client_fits_warn_about_singular_components(method):
 def test_the_warning_follows_the_family_size_and_the_callers_ids():
     x = [np.linspace(0.0, 1.0, 8)[:, None] + 0.01 * k for k in range(3)]
     y = [np.random.RandomState(k).standard_normal(8) for k in range(3)]
-    with pytest.warns(UserWarning, match=r"fewer than 3 samples of their client, in client 'a'"):
+    with pytest.warns(SingularComponentWarning, match=r"fewer than 3 samples of their client, in client 'a'"):
         FederatedMixtureRegression(3, method="local-em", max_iter=20, random_state=0).fit(
             np.concatenate(x), np.concatenate(y), groups=np.repeat(["a", "b", "c"], 8))
 
 
-@pytest.mark.parametrize("options", [dict(method="local-em", covariance_type="identity"),
-                                     dict(method="fedgrem"), dict(method="pooled-em")])
-def test_no_warning_without_a_per_client_variance_or_a_per_client_fit(options):
+def test_no_warning_without_a_per_client_variance():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        gm = FederatedGaussianMixture(5, max_iter=20, random_state=0, **options).fit(TINY)
+        gm = FederatedGaussianMixture(5, method="local-em", covariance_type="identity", max_iter=20,
+                                      random_state=0).fit(TINY)
     assert gm.singular_components_.shape == (4, 5) and not gm.singular_components_.any()
 
 
@@ -183,7 +182,9 @@ def test_no_warning_with_enough_samples_per_component():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
-        FederatedGaussianMixture(5, method="local-em", max_iter=20, random_state=0).fit(X)
+        for method in ("local-em", "fedgrem", "pooled-em"):
+            gm = FederatedGaussianMixture(5, method=method, max_iter=20, random_state=0).fit(X)
+            assert not gm.singular_components_.any()
         FederatedMixtureRegression(2, method="local-em", max_iter=20, random_state=0).fit(XM, YM)
 
 
@@ -195,8 +196,35 @@ def test_minimum_component_sizes():
             for i, v in ((True, "component"), (False, "component"), (True, "shared"), (True, 1.0))] == [5, 4, 4, 4]
 
 
+def _far_triple(d=5):
+    """Two clusters of 60 samples in R^d on three clients and three far samples: the three need a component of
+    their own, which with a full covariance holds fewer than the d + 1 samples its covariance needs."""
+    rng = np.random.RandomState(0)
+    X = np.vstack([rng.standard_normal((60, d)), 8.0 + rng.standard_normal((60, d)), 50.0 + rng.standard_normal((3, d))])
+    return X, np.arange(len(X)) % 3
+
+
+@pytest.mark.parametrize("method", ["pooled-em", "fedgrem"])
+def test_a_component_singular_over_all_clients_warns(method):
+    X, groups = _far_triple()
+    with pytest.warns(SingularComponentWarning, match=r"Component\(s\) \d .*hold fewer than 6 samples over all clients"):
+        gm = FederatedGaussianMixture(3, method=method, covariance_type="full", max_iter=50, random_state=0).fit(
+            X, groups=groups)
+    singular = gm.singular_components_
+    assert singular[0].any() and (singular == singular[0]).all()  # the same components, on every client
+    with warnings.catch_warnings():  # two samples are enough for diagonal variances
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)
+        gm = FederatedGaussianMixture(3, method=method, covariance_type="diag", max_iter=50, random_state=0).fit(
+            X, groups=groups)
+    assert sorted(np.round(gm.weights_.T @ np.bincount(groups))) == [3, 60, 60]
+
+
 def test_empty_components_are_not_singular():
     from fedmm.data import singular_components
     assert not singular_components([[30.0, 0.0], [29.6, 0.4]], 2).any()
     assert singular_components([[30.0, 0.0], [29.0, 1.0]], 2).tolist() == [[False, False], [False, True]]
     assert not singular_components([[30.0, 1.0]], 0).any()
+    # Pooled over clients: the totals decide, on every client.
+    assert singular_components([[0.6, 0.0], [0.6, 40.0]], 2, per_client=False).tolist() == [[True, False]] * 2
+    assert not singular_components([[1.0, 30.0], [1.0, 40.0]], 2, per_client=False).any()

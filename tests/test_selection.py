@@ -1,9 +1,11 @@
 """Model selection (fedmm.selection) and the effective parameter counts behind BIC and ICL."""
 
+import warnings
+
 import numpy as np
 import pytest
 
-from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
 from fedmm.selection import client_folds, select_n_components
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
@@ -144,3 +146,21 @@ def test_bic_prefers_full_covariances_for_correlated_components():
     selection = select_n_components(FederatedGaussianMixture(random_state=0), X, n_components=[1, 2, 3, 4],
                                     covariance_types=["diag", "tied", "full"])
     assert selection.best_params == {"n_components": 2, "covariance_type": "full"}
+
+
+def test_fits_with_singular_components_get_no_bic_and_are_not_chosen():
+    """mclust's NA: three far samples need a component, which with full covariances in R^5 holds fewer than the
+    six samples its covariance needs; its huge likelihood would otherwise win BIC."""
+    rng = np.random.RandomState(0)
+    X = np.vstack([rng.standard_normal((60, 5)), 8.0 + rng.standard_normal((60, 5)), 50.0 + rng.standard_normal((3, 5))])
+    groups = np.arange(len(X)) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SingularComponentWarning)  # reported in the table, not printed
+        selection = select_n_components(FederatedGaussianMixture(method="pooled-em", random_state=0), X,
+                                        groups=groups, n_components=[2, 3], covariance_types=["full", "diag"])
+    score = dict(zip(zip(selection.table["covariance_type"], selection.table["n_components"]), selection.table["score"]))
+    assert np.isnan(score[("full", 3)]) and np.isfinite(score[("diag", 3)])
+    assert selection.best_params == {"n_components": 3, "covariance_type": "diag"}
+    with pytest.raises(ValueError, match="Every setting's fit has singular components"):
+        select_n_components(FederatedGaussianMixture(method="pooled-em", random_state=0), X, groups=groups,
+                            n_components=[3], covariance_types=["full"])

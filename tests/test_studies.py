@@ -3,6 +3,7 @@ import warnings
 import numpy as np
 import pytest
 
+from fedmm import SingularComponentWarning
 from fedmm.cli import main, parse_range
 from fedmm.metrics import adjusted_rand_index, misclustering_rate
 from fedmm.simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
@@ -95,7 +96,7 @@ def test_study_rows_count_singular_components_instead_of_warning():
     """Local EM with fewer samples per component than coefficients: recorded in the row, not printed per fit."""
     settings = [{"h": 0.0, "n_clients": 3, "n_samples": 20}]
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("error", SingularComponentWarning)
         rows = run_study("mor", ("local-em", "fedgrem"), settings, reps=1, fit_options={"max_iter": 30})
     singular = {r["method"]: r["singular_components"] for r in rows}
     assert singular["local-em"] > 0 and singular["fedgrem"] == 0
