@@ -231,7 +231,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
-        N, minimum = clients.n_samples[:, None] * params.weights, family.min_component_size(n_features)
+        N, minimum = clients.n_samples[:, None] * params.weights, family.min_component_size(params.theta.shape[-1])
         self.singular_components_ = singular_components(N, minimum, per_client=strategy.per_client)
         check_component_sizes(self.singular_components_, N, client_ids, minimum, per_client=strategy.per_client,
                               stacklevel=5)

@@ -192,8 +192,9 @@ def test_minimum_component_sizes():
     assert [GaussianFamily(c).min_component_size(4) for c in ("identity", "spherical", "diag", "tied", "full")] \
         == [0, 2, 2, 0, 5]
     from fedmm.families import RegressionFamily
-    assert [RegressionFamily(fit_intercept=i, noise_variance=v).min_component_size(3)
-            for i, v in ((True, "component"), (False, "component"), (True, "shared"), (True, 1.0))] == [5, 4, 4, 4]
+    regressions = [RegressionFamily(fit_intercept=i, noise_variance=v)
+                   for i, v in ((True, "component"), (False, "component"), (True, "shared"), (True, 1.0))]
+    assert [f.min_component_size(f.param_dim(3)) for f in regressions] == [5, 4, 4, 4]
 
 
 def _far_triple(d=5):

@@ -185,10 +185,10 @@ class Family(ABC):
         """The inverse of :meth:`log_scale`."""
         return np.exp(np.sqrt(2.0) * v)
 
-    def min_component_size(self, n_features):
-        """The effective sample size ``N_kr`` below which a component fitted from its client's data alone is
-        singular, its estimate then set by the regularizer (``reg_covar``, ``reg_coef``), not by the data;
-        0 where no size is too small."""
+    def min_component_size(self, p):
+        """The effective sample size ``N_kr`` below which a component with ``p`` parameters ``theta_r`` (the
+        :meth:`param_dim`) is singular, its estimate then set by the regularizer (``reg_covar``,
+        ``reg_coef``), not by the data; 0 where no size is too small."""
         return 0
 
     def n_client_scale_parameters(self, n_components, n_features):

@@ -248,11 +248,11 @@ class GaussianFamily(Family):
                "full": R * d * (d + 1) // 2}
         return R * d + var[self.covariance_type] + R - 1
 
-    def min_component_size(self, n_features):
+    def min_component_size(self, p):
         """A variance needs two samples and a full covariance ``d + 1``: with fewer the sample variance is
         singular and the component collapses onto its points, held only by ``reg_covar``. Identity and tied
         covariances have no per-component variance."""
-        return {"spherical": 2, "diag": 2, "full": n_features + 1}.get(self.covariance_type, 0)
+        return {"spherical": 2, "diag": 2, "full": p + 1}.get(self.covariance_type, 0)
 
     def n_client_scale_parameters(self, n_components, n_features):
         """A tied covariance, ``d (d + 1) / 2`` parameters shared by all of a client's components."""

@@ -207,10 +207,11 @@ class RegressionFamily(Family):
         mean = np.einsum("np,np->n", X, theta[labels])
         return mean + np.sqrt(scale[labels, 0]) * random_state.standard_normal(len(labels))
 
-    def min_component_size(self, n_features):
-        """``p`` samples determine ``p`` coefficients, one more a component's own noise variance: with fewer,
-        the component's line passes through its points (residual variance 0), held only by the regularizers."""
-        return self.param_dim(n_features) + (self.noise_variance == "component")
+    def min_component_size(self, p):
+        """``p`` samples determine ``p`` coefficients (intercept included), one more a component's own noise
+        variance: with fewer, the component's line passes through its points (residual variance 0), held only
+        by the regularizers."""
+        return p + (self.noise_variance == "component")
 
     def n_client_scale_parameters(self, n_components, n_features):
         """A shared noise variance, one per client."""
