@@ -588,11 +588,12 @@ _SHARED_PARAMS_DOC = """
         ``"safeguarded"``: ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, which is the
         same while weights do not grow and cannot overshoot when they do
         (``docs/fedgrem.md``).
-    penalty : {"paper", "sure", "auto", "theory"}, float or callable, default="paper"
+    penalty : {"paper", "sure", "sure-floored", "auto", "theory"}, float or callable, default="paper"
         FedGrEM's penalty ``lambda_t`` (:func:`fedmm.algorithms.fedgrem.penalty_schedule`):
         App. B.1's schedule; chosen every round by Stein's unbiased estimate
         of the central update's squared error, trimmed over clients
         (:func:`fedmm.tuning.sure_penalty`; fedmm's, ``docs/units.md``);
+        the larger of that choice and the schedule's ``lambda_t``;
         App. B.1's schedule with its constant ``C``
         chosen from :data:`fedmm.tuning.PENALTY_GRID` by federated held-out
         likelihood trimmed over clients (:mod:`fedmm.tuning`; seven fits),

@@ -267,3 +267,23 @@ def test_sure_runs_are_charged_at_the_schedules_penalty():
     np.testing.assert_allclose(sure.diagnostics.objective_scale, scheduled / chosen, rtol=1e-12)
     paper = run_rounds(make_strategy("fedgrem", center_restarts=0), family, data, start, 5, 0.0)
     assert np.all(paper.diagnostics.objective_scale == 1.0)
+
+
+@pytest.mark.parametrize("h", [0.0, 3.0])
+def test_floored_sure_never_pools_less_than_the_schedule(h):
+    """penalty="sure-floored" takes SURE's lambda when it is above the schedule's (alike clients: the same run
+    as "sure") and the schedule's otherwise (clients far apart, where SURE would pool less)."""
+    X, truth = make_federated_gmm(4, 100, centers=CENTERS, h=h, random_state=0)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(0))
+    runs = {penalty: run_rounds(make_strategy("fedgrem", penalty=penalty, center_restarts=0), family, data, start,
+                                5, 0.0) for penalty in ("sure", "sure-floored")}
+    scheduled = np.array([penalty_schedule("paper", None, 2, 4, 100)(t) for t in range(1, 6)])
+    sure, floored = runs["sure"].history["penalty"], runs["sure-floored"].history["penalty"]
+    assert np.all(floored >= scheduled)
+    if h == 0.0:
+        assert np.all(sure > scheduled)
+        np.testing.assert_array_equal(floored, sure)
+    else:
+        assert np.all(sure[1:] < scheduled[1:])
+        np.testing.assert_array_equal(floored[1:], scheduled[1:])

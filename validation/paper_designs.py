@@ -2,7 +2,8 @@
 
 GMM design (``--model gmm``): K = 10, n = 150, d = 10, R = 5, one outlier client (N(2 * 1, 3 I)),
 h in {0, 1}; FedGrEM with default settings (diagonal covariances, trimmed pooled start, the
-paper's penalty schedule), with the penalty chosen by SURE every round (``penalty="sure"``), with
+paper's penalty schedule), with the penalty chosen by SURE every round (``penalty="sure"``, and
+never below the schedule, ``"sure-floored"``), with
 ``penalty="auto"``, and with the paper's model, start and schedule (identity covariance, local-EM
 start). Target (item 5): defaults at most 0.35 at h = 0 and at most 0.95 at h = 1 (mean over seeds
 of the maximum error of the means over honest clients).
@@ -38,6 +39,7 @@ from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 DESIGNS = {
     "gmm": dict(rows={"defaults": {}, "defaults, penalty='sure'": dict(penalty="sure"),
+                      "defaults, penalty='sure-floored'": dict(penalty="sure-floored"),
                       "defaults, penalty='auto'": dict(penalty="auto"),
                       "paper model, start and penalty": dict(covariance_type="identity", init="local-em",
                                                              penalty="paper")},
@@ -45,6 +47,7 @@ DESIGNS = {
                        "h=1, one outlier": dict(h=1.0, outlier_clients=[9])},
                 methods=("fedgrem",)),
     "mor": dict(rows={"defaults": {}, "defaults, penalty='sure'": dict(penalty="sure"),
+                      "defaults, penalty='sure-floored'": dict(penalty="sure-floored"),
                       "paper model and penalty": dict(fit_intercept=False, noise_variance=1.0, penalty="paper")},
                 cases={"h=0, one outlier": dict(h=0.0, outlier_clients=[9]), "h=0, no outlier": dict(h=0.0),
                        "h=2, one outlier": dict(h=2.0, outlier_clients=[9])},

@@ -101,7 +101,7 @@ class DFedGrEM(FedGrEM):
             lam = self._pilot(None if state.lam is None else state.lam[k], scheduled, t)
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
             params, central, sigma, scale_pooled, warned, lam = self._pool(take(messages, near), family, lam,
-                                                                          lam_scale, t, warned)
+                                                                          lam_scale, t, warned, scheduled)
             i = np.searchsorted(near, k)
             rows.append(take(params, i))
             accounts.append(Consensus(central.center[None] * sigma, central.pooled[i:i + 1],

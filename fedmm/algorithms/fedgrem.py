@@ -25,7 +25,9 @@ from ..protocol import Broadcast
 from ..tuning import client_median, sure_penalty
 from ._base import GradientStrategy
 
-PENALTIES = ("paper", "sure", "theory")
+PENALTIES = ("paper", "sure", "sure-floored", "theory")
+#: The penalties chosen every round by SURE (:func:`fedmm.tuning.sure_penalty`).
+SURE_PENALTIES = ("sure", "sure-floored")
 POOLING_SIZES = ("client", "component")
 
 
@@ -36,6 +38,8 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
       with ``kappa = 0.1``, ``C = 2`` (override with ``penalty_params``: ``lambda0``, ``kappa``, ``C``);
     - ``"sure"``: chosen every round from the data (:func:`fedmm.tuning.sure_penalty`, in
       :meth:`FedGrEM.server_step`); the schedule is then the paper's, used for the first round's pilot;
+    - ``"sure-floored"``: SURE's choice, never below the paper's ``lambda_t`` (never less pooling than
+      the paper's schedule; ``docs/units.md``);
     - ``"theory"`` (App. A, Assumption A.7): ``lambda_0 = (15/119) sqrt(n) (r_w + r_theta)``,
       ``lambda_t = kappa0 lambda_{t-1} + 15 sqrt(n) (W + 2 eta_bar E1)``, with every constant
       (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) given in ``penalty_params``
@@ -50,7 +54,7 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
         if penalty < 0:
             raise ValueError(f"A constant penalty must be >= 0, got {penalty}.")
         return lambda t: float(penalty)
-    if penalty in ("paper", "sure"):
+    if penalty in ("paper", *SURE_PENALTIES):
         lam0, kappa = params.pop("lambda0", 1.0), params.pop("kappa", 0.1)
         increment = params.pop("C", 2.0) * np.sqrt(p + np.log(K))
     elif penalty == "theory":
@@ -290,29 +294,33 @@ class FedGrEM(GradientStrategy):
     def server_step(self, messages, state, t):
         lam = self._pilot(state.lam, state.schedule(t), t)
         params, central, sigma, scale_pooled, warned, lam = self._pool(messages, state.family, lam,
-                                                                      state.scale_schedule(t), t, state.warned)
+                                                                      state.scale_schedule(t), t, state.warned,
+                                                                      state.schedule(t))
         return Broadcast(params), state._replace(lam=lam, lam_objective=state.schedule(t), central=central,
                                                  sigma=sigma, scale_pooled=scale_pooled, warned=warned)
 
     def _pilot(self, last, scheduled, t):
         """The ``lambda`` a round's central update is solved at first: the schedule's, or under
         ``penalty="sure"`` last round's choice (the schedule's in round 1), from which :meth:`_pool` chooses."""
-        return last if self.penalty == "sure" and t > 1 else scheduled
+        return last if self.penalty in SURE_PENALTIES and t > 1 else scheduled
 
-    def _pool(self, messages, family, lam, lam_scale, t, warned):
+    def _pool(self, messages, family, lam, lam_scale, t, warned, scheduled):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
         ``(params, central, sigma, scale_pooled, warned, lam)``, for the clients whose ``messages`` are given.
 
         With ``penalty="sure"``, ``lam`` is a pilot: its update's distances to the centre choose the round's
-        ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs.
+        ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs;
+        ``"sure-floored"`` takes the larger of that choice and the schedule's ``scheduled``.
         """
         sigma = noise_scale(family.coordinate_variances(messages.scale))
         theta, sizes = messages.theta / sigma, self._sizes(messages.n, messages.weights)
         solve = dict(metric=family.central_metric(messages.stats), tol=self.central_tol,
                      max_iter=self.central_max_iter)
         central = central_update(theta, sizes, lam, **solve)
-        if self.penalty == "sure":
+        if self.penalty in SURE_PENALTIES:
             pilot, lam = lam, sure_penalty(central.distance, sizes, messages.stats.N, theta.shape[-1])
+            if self.penalty == "sure-floored":
+                lam = max(lam, scheduled)
             if lam != pilot:
                 central = central_update(theta, sizes, lam, **solve)
         if not central.converged and not warned:
