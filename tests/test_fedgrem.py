@@ -4,7 +4,7 @@ import pytest
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import make_strategy
 from fedmm.engine import run_rounds
-from fedmm.algorithms.fedgrem import penalty_schedule
+from fedmm.algorithms.fedgrem import penalty_schedule, settle_penalty
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.simulate import make_federated_gmm
@@ -287,3 +287,26 @@ def test_floored_sure_never_pools_less_than_the_schedule(h):
     else:
         assert np.all(sure[1:] < scheduled[1:])
         np.testing.assert_array_equal(floored[1:], scheduled[1:])
+
+
+def test_a_penalty_that_alternates_settles_at_the_larger_value():
+    """SURE's choices going A, B, A, B set a floor at the larger of the two; a single return (A, B, A) and
+    choices above the floor pass untouched, and a new cycle raises the floor."""
+    memory = (np.nan, np.nan, 0.0)
+    lams = []
+    for chosen in (20.0, 31.6, 20.0, 31.6, 20.0, 31.6, 20.0, 50.0, 20.0, 50.0, 31.6):
+        pilot = lams[-1] if lams else 8.8
+        lam, memory = settle_penalty(chosen, pilot, memory)
+        lams.append(lam)
+    assert lams == [20.0, 31.6, 20.0, 31.6, 31.6, 31.6, 31.6, 50.0, 31.6, 50.0, 50.0]
+    assert settle_penalty(5.0, 7.0, (9.0, 5.0, 0.0)) == (5.0, (5.0, 7.0, 0.0))   # A, B, A: SURE's choice stands
+
+
+@pytest.mark.parametrize("penalty", ["sure", "sure-floored"])
+def test_sure_settles_with_many_clients(penalty):
+    """300 clients of the paper's design, a tenth outliers: SURE's choice alternated between two grid values
+    every round and the fit met max_iter (500); it now settles and converges."""
+    X, _ = make_federated_gmm(300, 50, outlier_clients=range(30), random_state=0)
+    fit = FederatedGaussianMixture(5, init="trimmed-pooled", penalty=penalty, random_state=0).fit(X)
+    assert fit.converged_ and fit.n_iter_ < 100
+    assert len(np.unique(fit.history_["penalty"][-10:])) == 1

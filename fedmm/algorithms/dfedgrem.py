@@ -49,6 +49,7 @@ class DFedGrEMState(NamedTuple):
     consensus: Consensus | None = None
     central_iterations: int = 0
     warned: bool = False
+    lam_memory: list | None = None
 
 
 def neighbourhood(W, k):
@@ -93,15 +94,17 @@ class DFedGrEM(FedGrEM):
         W, family, warned = state.schedule(t), state.family, state.warned
         p = messages.theta.shape[-1]
         q = family.log_scale(messages.scale[:1, :1], p).shape[-1]
-        rows, accounts, lams, iterations = [], [], [], 0
+        rows, accounts, lams, memories, iterations = [], [], [], [], 0
         for k in range(len(messages.n)):
             near = neighbourhood(W, k)
             K, n = len(near), messages.n[near].mean()
             scheduled = penalty_schedule(self.penalty, self.penalty_params, p, K, n)(t)
             lam = self._pilot(None if state.lam is None else state.lam[k], scheduled, t)
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
-            params, central, sigma, scale_pooled, warned, lam = self._pool(take(messages, near), family, lam,
-                                                                          lam_scale, t, warned, scheduled)
+            memory = (np.nan, np.nan, 0.0) if state.lam_memory is None else state.lam_memory[k]
+            params, central, sigma, scale_pooled, warned, lam, memory = self._pool(
+                take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory)
+            memories.append(memory)
             i = np.searchsorted(near, k)
             rows.append(take(params, i))
             accounts.append(Consensus(central.center[None] * sigma, central.pooled[i:i + 1],
@@ -112,7 +115,7 @@ class DFedGrEM(FedGrEM):
             iterations = max(iterations, central.n_iter)
         params = stack(rows)
         return Broadcast(params), state._replace(W=W, lam=np.array(lams), consensus=Consensus(*stack(accounts)),
-                                                 central_iterations=iterations, warned=warned)
+                                                 central_iterations=iterations, warned=warned, lam_memory=memories)
 
     def communication(self, messages, broadcast, state):
         """One exchange: every client's FedGrEM message along each directed edge of the round's graph."""
