@@ -240,12 +240,13 @@ def singular_components(N, minimum, *, per_client=True):
     return (N >= 0.5) & (N < minimum)
 
 
-def check_component_sizes(singular, N, client_ids, minimum, *, per_client, stacklevel=4):
-    """Warn about the ``singular`` components (:func:`singular_components` of the sizes ``N``), naming their
-    clients, or with ``per_client=False`` the components and their total sizes. scikit-learn fits such
-    components silently (mclust reports their BIC as missing)."""
+def check_component_sizes(N, client_ids, minimum, *, per_client, stacklevel=4):
+    """The singular components of a fit with component sizes ``N`` (K, R) (:func:`singular_components`),
+    after a warning that names their clients, or with ``per_client=False`` the components and their total
+    sizes. scikit-learn fits such components silently (mclust reports their BIC as missing)."""
+    singular = singular_components(N, minimum, per_client=per_client)
     if not singular.any():
-        return
+        return singular
     if per_client:
         clients = np.flatnonzero(singular.any(axis=1))
         names = ", ".join(f"{_name(k, client_ids[k])} ({singular[k].sum()})" for k in clients[:5])
@@ -263,6 +264,7 @@ def check_component_sizes(singular, N, client_ids, minimum, *, per_client, stack
                   "only by the regularizer; it sits on its few samples, a spurious maximizer of the likelihood, "
                   f"and the fit depends on the start and on rounding. Use {advice}, or a simpler covariance or "
                   "noise model.", SingularComponentWarning, stacklevel=stacklevel)
+    return singular
 
 
 def _name(k, client_id):

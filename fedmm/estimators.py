@@ -23,7 +23,7 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
-from .data import FederatedData, check_component_sizes, check_components, singular_components
+from .data import FederatedData, check_component_sizes, check_components
 from .clients import LocalClients, fit_weights
 from .engine import Participation, Progress, fit_restarts
 from .families import GaussianFamily, MixtureParams, RegressionFamily
@@ -231,10 +231,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
-        N, minimum = clients.n_samples[:, None] * params.weights, family.min_component_size(params.theta.shape[-1])
-        self.singular_components_ = singular_components(N, minimum, per_client=strategy.per_client)
-        check_component_sizes(self.singular_components_, N, client_ids, minimum, per_client=strategy.per_client,
-                              stacklevel=5)
+        self.singular_components_ = check_component_sizes(
+            clients.n_samples[:, None] * params.weights, client_ids, family.min_component_size(params.theta.shape[-1]),
+            per_client=strategy.per_client, stacklevel=5)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",

@@ -32,9 +32,8 @@ a component's own variance needs, ``singular_components_``) gets no BIC or ICL
 component collapsed onto a few samples, not of the data.
 """
 
-from typing import NamedTuple
-
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import clone

@@ -49,7 +49,7 @@ def _one_fit(model, method, setting, seed, fit_options):
     with warnings.catch_warnings():
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        # So are local EM's singular components (the row's singular_components).
+        # So are singular components (the row's singular_components).
         warnings.simplefilter("ignore", SingularComponentWarning)
         if model == "gmm":
             X, truth = make_federated_gmm(h=h, random_state=seed, **design)
