@@ -32,7 +32,7 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_GRID", "SURE_GRID", "TRIM", "sure_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
+__all__ = ["PENALTY_GRID", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
            "holdout_split", "trimmed_mean", "select_penalty", "one_standard_error"]
 
 #: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
@@ -183,6 +183,42 @@ def sure_risk(distance, threshold, variance, p):
     return p * variance + np.minimum(distance, threshold) ** 2 - 2.0 * variance * divergence
 
 
+def sure_grid_risk(distance, root, variance, p, grid):
+    """``sum_b sure_risk(D_b, lambda / root_b, v_b, p)`` for every ``lambda`` of ``grid``, in one pass over the blocks.
+
+    A block is pooled once ``lambda >= D_b root_b``, and :func:`sure_risk` is then
+    the constant ``p v + D^2 - 2 v p``; below, ``p v + lambda^2 / root^2 - 2 v (p - 1) lambda / (root D)``,
+    a quadratic in ``lambda``. Each block's terms are summed into the bin of the grid where it
+    becomes pooled; cumulative sums over the bins give every ``lambda``'s total
+    (``O(B log G)``; summing ``sure_risk`` for each ``lambda`` took twice a central update's time
+    at ``K = 10,000`` clients).
+
+    Parameters
+    ----------
+    distance, root, variance : ndarray of shape (B,)
+        Each block's ``D``, root size (threshold ``lambda / root``) and sampling variance ``v``.
+    p : int
+    grid : ndarray of shape (G,)
+        Increasing, positive.
+    """
+    G = len(grid)
+    pooled_from = np.searchsorted(grid, distance * root)  # the block is pooled at grid[g] for g >= pooled_from
+
+    def binned(x):
+        return np.bincount(pooled_from, weights=x, minlength=G + 1)
+
+    def pooled(x):    # sum over the blocks pooled at each grid[g]
+        return np.cumsum(binned(x))[:G]
+
+    def unpooled(x):  # and over the others
+        return np.cumsum(binned(x)[::-1])[::-1][1:]
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        linear = np.where(distance > 0, 2.0 * variance * (p - 1) / (root * distance), 0.0)  # D = 0: always pooled
+    return (pooled(p * variance + distance ** 2 - 2.0 * variance * p) + unpooled(p * variance)
+            + grid ** 2 * unpooled(1.0 / root ** 2) - grid * unpooled(linear))
+
+
 def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
     """The ``lambda`` of ``grid`` whose central update has the least estimated squared error (``penalty="sure"``).
 
@@ -237,5 +273,7 @@ def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
         return float(grid[-1])
     # Left-out blocks get a stand-in size: an empty component's size is 0 under per-component sizes.
     root = np.sqrt(np.where(valid, np.broadcast_to(np.reshape(sizes, (len(N), -1)), N.shape), 1.0))
-    risk = [np.where(valid, sure_risk(distance, lam / root, v, p), 0.0)[kept].sum() for lam in grid]
+    blocks = np.zeros(valid.shape, dtype=bool)
+    blocks[kept] = valid[kept]
+    risk = sure_grid_risk(distance[blocks], root[blocks], v[blocks], p, grid)
     return float(grid[np.argmin(risk)])

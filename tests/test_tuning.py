@@ -11,8 +11,8 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import (PENALTY_GRID, SURE_GRID, client_median, first_best, holdout_split, sure_penalty, sure_risk,
-                          trimmed_mean)
+from fedmm.tuning import (PENALTY_GRID, SURE_GRID, client_median, first_best, holdout_split, sure_grid_risk,
+                          sure_penalty, sure_risk, trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -84,6 +84,21 @@ def test_sure_risk_is_unbiased_for_the_group_soft_threshold(threshold):
     assert abs(diff.mean()) < 4 * diff.std() / np.sqrt(n)
     # Not vacuous: the risk of keeping theta (p v = 1.5) or of the centre differs from this one's.
     assert abs(((nu - mu) ** 2).sum(axis=1).mean() - p * v) > 0.1
+
+
+@settings(max_examples=60, deadline=None)
+@given(blocks=st.lists(st.tuples(st.floats(0.0, 20.0), st.floats(0.5, 40.0), st.floats(1e-3, 2.0)), min_size=1,
+                       max_size=30), p=st.integers(1, 12))
+def test_sure_grid_risk_is_the_sum_of_the_blocks_risks(blocks, p):
+    """The sorted, cumulative evaluation against the oracle: ``sure_risk`` summed block by block for every
+    ``lambda`` (a ``lambda`` at a block's ``D root`` within rounding is left out: SURE jumps there by ``2 v``)."""
+    D, root, v = (np.array(x) for x in zip(*blocks))
+    grid = np.asarray(SURE_GRID)
+    near = np.abs(D[:, None] * root[:, None] - grid) <= 1e-9 * grid
+    expected = np.array([sure_risk(D, lam / root, v, p).sum() for lam in grid])
+    scale = np.abs(p * v).sum() + (D ** 2).sum() + grid ** 2 * (1.0 / root ** 2).sum()
+    ok = ~near.any(axis=0)
+    np.testing.assert_allclose(sure_grid_risk(D, root, v, p, grid)[ok], expected[ok], rtol=0, atol=1e-12 * scale[ok].max())
 
 
 def _sure_design(K=20, R=3, p=4, N=50.0, h=0.0, seed=0):
