@@ -587,16 +587,19 @@ _SHARED_PARAMS_DOC = """
         ``"safeguarded"``: ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, which is the
         same while weights do not grow and cannot overshoot when they do
         (``docs/fedgrem.md``).
-    penalty : {"paper", "sure", "sure-floored", "auto", "theory"}, float or callable, default="paper"
+    penalty : {"sure-floored", "paper", "sure", "auto", "theory"}, float or callable, default="sure-floored"
         FedGrEM's penalty ``lambda_t`` (:func:`fedmm.algorithms.fedgrem.penalty_schedule`):
-        App. B.1's schedule; chosen every round by Stein's unbiased estimate
-        of the central update's squared error, trimmed over clients
-        (:func:`fedmm.tuning.sure_penalty`; fedmm's, ``docs/units.md``);
-        the larger of that choice and the schedule's ``lambda_t``;
-        App. B.1's schedule with its constant ``C``
-        chosen from :data:`fedmm.tuning.PENALTY_GRID` by federated held-out
-        likelihood trimmed over clients (:mod:`fedmm.tuning`; seven fits),
-        Assumption A.7's recursion, a constant (``inf``: gradient FedEM) or a
+        "sure-floored", the larger of SURE's choice and the schedule's
+        ``lambda_t`` (fedmm's default: pools as SURE does where clients are
+        alike, is the paper's FedGrEM where they differ; ``docs/units.md``);
+        "paper", App. B.1's schedule (the paper's FedGrEM, the default of
+        studies on the paper's design); "sure", chosen every round by Stein's
+        unbiased estimate of the central update's squared error, trimmed over
+        clients (:func:`fedmm.tuning.sure_penalty`); "auto", App. B.1's
+        schedule with its constant ``C`` chosen from
+        :data:`fedmm.tuning.PENALTY_GRID` by federated held-out likelihood
+        trimmed over clients (:mod:`fedmm.tuning`; seven fits); "theory",
+        Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a
         function of the round ``t``.
     penalty_params : dict, optional
         Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
@@ -785,7 +788,8 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
-                 penalty="paper", penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
+                 penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="client",
+                 pool_variances=True,
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
                  federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
                  threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6,
@@ -999,7 +1003,7 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
-                 eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
+                 eta_rule="safeguarded", penalty="sure-floored", penalty_params=None, center_restarts=1,
                  pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
                  n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
                  coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,

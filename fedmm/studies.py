@@ -39,8 +39,10 @@ def _one_fit(model, method, setting, seed, fit_options):
     design = dict(setting)
     h = design.pop("h", 0.0)
     common = dict(random_state=seed, **fit_options)
-    # The simulated data follow the paper's model (unit variances, unit noise): fit that model unless told otherwise.
+    # The simulated data follow the paper's model (unit variances, unit noise): fit that model, and FedGrEM with
+    # the paper's penalty schedule, unless told otherwise.
     paper_model = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
+    paper_model["penalty"] = "paper"
     common = {**paper_model, **common}
     if method == "fedem":
         common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)
@@ -135,7 +137,9 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         for the data and the fit, so every method sees the same data.
     fit_options : dict, optional
         Extra estimator arguments (``n_init``, ``max_iter``, ``C_eta``, ...); each method gets those
-        it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`).
+        it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`). Unless they say otherwise the
+        fits use the paper's model (``covariance_type="identity"``, ``noise_variance=1.0``) and
+        penalty schedule (``penalty="paper"``), as the simulated data follow it.
     n_jobs : int
         Parallel workers (joblib; -1: all cores, or all of a cluster's workers).
     progress : bool

@@ -232,7 +232,7 @@ def test_precondition_belongs_to_gradient_methods(monkeypatch):
 
 def test_defaults_of_unused_options_are_fine():
     X, y, _ = make_federated_mor(2, 60, centers=CENTERS, random_state=0)
-    FederatedMixtureRegression(3, method="fedem", C_eta=1.0, penalty="paper", precondition=True,
+    FederatedMixtureRegression(3, method="fedem", C_eta=1.0, penalty="sure-floored", precondition=True,
                                max_iter=5).fit(X, y)
 
 
