@@ -609,9 +609,10 @@ _SHARED_PARAMS_DOC = """
         consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
     pooling_sizes : {"client", "component"}, default="client"
         FedGrEM: the sizes weighting the central problem: ``n_k`` (the
-        paper), or ``n_k w_kr R``, each component's effective sample size
-        (scaled to equal ``n_k`` under uniform proportions), which pools small
-        components at their own noise level (``docs/fedgrem.md``).
+        paper), or ``n_k w_kr R``, each component's effective sample size at
+        the starting weights (scaled to equal ``n_k`` under uniform
+        proportions), which pools small components at their own noise level
+        (``docs/fedgrem.md``).
     pool_variances : {True, False, "robust"}, default=True
         FedGrEM with estimated variances: True, each variance moves towards
         the pooled variance as far as its mean moved towards the centre, so a
@@ -709,8 +710,8 @@ _SHARED_ATTRS_DOC = """
         FedGrEM and d-FedGrEM (per neighbourhood): whether the last central update pooled each client's
         component onto the centre, and how far its local estimate was.
     pooling_threshold_ : ndarray of shape (n_clients, n_components)
-        FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` with
-        ``pooling_sizes="component"``), the pooling distance.
+        FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` at the
+        starting weights with ``pooling_sizes="component"``), the pooling distance.
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: how far each client's estimates are from the consensus,
         against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);

@@ -50,6 +50,7 @@ class DFedGrEMState(NamedTuple):
     central_iterations: int = 0
     warned: bool = False
     lam_memory: list | None = None
+    w0: np.ndarray | None = None
 
 
 def neighbourhood(W, k):
@@ -87,7 +88,7 @@ class DFedGrEM(FedGrEM):
 
     def server_start(self, family, start, n_k):
         schedule = mixing_schedule(self.graph, "metropolis-hastings", len(n_k), self.random_state)
-        return Broadcast(start), DFedGrEMState(family, n_k, schedule)
+        return Broadcast(start), DFedGrEMState(family, n_k, schedule, w0=start.weights)
 
     def server_step(self, messages, state, t):
         """Every client's central update over its neighbourhood's messages; each keeps its own row."""
@@ -103,7 +104,7 @@ class DFedGrEM(FedGrEM):
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
             memory = (np.nan, np.nan, 0.0) if state.lam_memory is None else state.lam_memory[k]
             params, central, sigma, scale_pooled, warned, lam, memory = self._pool(
-                take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory)
+                take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory, state.w0[near])
             memories.append(memory)
             i = np.searchsorted(near, k)
             rows.append(take(params, i))

@@ -216,6 +216,7 @@ class FedGrEMState(NamedTuple):
     scale_pooled: np.ndarray | None = None
     warned: bool = False
     lam_memory: tuple = (np.nan, np.nan, 0.0)
+    w0: np.ndarray | None = None
 
 
 def settle_penalty(chosen, pilot, memory):
@@ -247,7 +248,7 @@ class FedGrEM(GradientStrategy):
         The penalty schedule (:func:`penalty_schedule`).
     pooling_sizes : {"client", "component"}
         Sizes weighting the central problem: ``n_k`` (the paper) or each
-        component's effective size ``n_k w_kr R``.
+        component's effective size at the pass's start, ``n_k w_kr^{[0]} R``.
     center_restarts : int
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
@@ -308,12 +309,13 @@ class FedGrEM(GradientStrategy):
         schedule = penalty_schedule(self.penalty, self.penalty_params, d, K, n_k.mean())
         q = family.log_scale(start.scale[:1, :1], start.theta.shape[-1]).shape[-1]
         scale_schedule = penalty_schedule(self.penalty, self.penalty_params, q, K, n_k.mean())
-        return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule)
+        return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule, w0=start.weights)
 
     def server_step(self, messages, state, t):
         lam = self._pilot(state.lam, state.schedule(t), t)
         params, central, sigma, scale_pooled, warned, lam, memory = self._pool(
-            messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t), state.lam_memory)
+            messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t), state.lam_memory,
+            state.w0)
         return Broadcast(params), state._replace(lam=lam, lam_objective=state.schedule(t), central=central,
                                                  sigma=sigma, scale_pooled=scale_pooled, warned=warned,
                                                  lam_memory=memory)
@@ -323,10 +325,10 @@ class FedGrEM(GradientStrategy):
         ``penalty="sure"`` last round's choice (the schedule's in round 1), from which :meth:`_pool` chooses."""
         return last if self.penalty in SURE_PENALTIES and t > 1 else scheduled
 
-    def _pool(self, messages, family, lam, lam_scale, t, warned, scheduled, memory):
+    def _pool(self, messages, family, lam, lam_scale, t, warned, scheduled, memory, w0):
         """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
         ``(params, central, sigma, scale_pooled, warned, lam, memory)``, for the clients whose ``messages``
-        are given.
+        (and starting weights ``w0``) are given.
 
         With ``penalty="sure"``, ``lam`` is a pilot: its update's distances to the centre choose the round's
         ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs;
@@ -334,7 +336,7 @@ class FedGrEM(GradientStrategy):
         :func:`settle_penalty` (``memory``).
         """
         sigma = noise_scale(family.coordinate_variances(messages.scale))
-        theta, sizes = messages.theta / sigma, self._sizes(messages.n, messages.weights)
+        theta, sizes = messages.theta / sigma, self._sizes(messages.n, w0)
         solve = dict(metric=family.central_metric(messages.stats), tol=self.central_tol,
                      max_iter=self.central_max_iter)
         central = central_update(theta, sizes, lam, **solve)
@@ -357,7 +359,7 @@ class FedGrEM(GradientStrategy):
         scale = family.update_scale(messages.stats, nu)
         scale_pooled = np.zeros_like(central.pooled)
         if self.pool_variances == "robust":
-            sizes = self._sizes(messages.n, messages.weights) if family.scale_per_component else messages.n
+            sizes = self._sizes(messages.n, w0) if family.scale_per_component else messages.n
             scale, scale_pooled = robust_scale(family, scale, sizes, lam_scale, messages.theta.shape[-1],
                                                tol=self.central_tol, max_iter=self.central_max_iter)
         elif self.pool_variances and family.scale_per_component:
@@ -365,11 +367,15 @@ class FedGrEM(GradientStrategy):
             scale_pooled = central.pooled
         return MixtureParams(messages.weights, nu, scale), central, sigma, scale_pooled, warned, lam, memory
 
-    def _sizes(self, n_k, weights):
+    def _sizes(self, n_k, w0):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
-        ``theta_tilde_kr``) times ``R``, so that uniform proportions give the paper's ``n_k``."""
+        ``theta_tilde_kr``) times ``R``, so that uniform proportions give the paper's ``n_k``, at the pass's
+        starting weights ``w0``. Not at the current weights: a component pooled onto a centre away from its
+        own data loses weight, its threshold ``lambda / sqrt(n_k w_kr R)`` grows and pools it harder, and
+        the component dies (mixtures of regressions at ``h = 2``, ``docs/fedgrem.md``); the gradient step
+        is sized by the start's weights for the same reason (:func:`fedmm.algorithms._base.step_sizes`)."""
         if self.pooling_sizes == "component":
-            return n_k[:, None] * weights * weights.shape[1]
+            return n_k[:, None] * w0 * w0.shape[1]
         return n_k
 
     def round_info(self, state):
