@@ -5,9 +5,11 @@ local-EM start, whose per-client k-means run as one compiled call, :mod:`fedmm.k
 all clients alone, scikit-learn's ``KMeans`` on a few clients (extrapolated to K: the per-client cost the
 batched k-means replaced), and a ``pooled-em`` fit. Prints the times, the ratio fedgrem / pooled-em, and
 time per client across K (linear growth: about constant). The issue's targets: K = 10,000 in at most
-20 s and at most 10x pooled EM. Exits non-zero when K = 10,000 misses either (full form only).
+20 s, at most 10x pooled EM, and time at most linear in K (per client, the largest K against the
+smallest, with 10% for this machine's timing noise). Exits non-zero when one is missed; the quick form
+(K = 1,000 and 10,000, in CI) allows 1.5x on each for a busy machine.
 
-    python validation/bench_clients.py [--quick] [--sizes 1000,10000,100000]   # quick: K = 300, 1000 (no targets)
+    python validation/bench_clients.py [--quick] [--sizes 1000,10000,100000]
 
 The full form draws the times against K (``docs/img/performance_clients.png``).
 """
@@ -58,10 +60,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--figure", default=str(FIGURE))
-    parser.add_argument("--sizes", default=None, help="comma-separated K (default 1000,3000,10000; quick 300,1000)")
+    parser.add_argument("--sizes", default=None, help="comma-separated K (default 1000,3000,10000; quick 1000,10000)")
     args = parser.parse_args(argv)
     sizes = tuple(int(k) for k in args.sizes.split(",")) if args.sizes else \
-        (300, 1000) if args.quick else (1000, 3000, 10_000)
+        (1000, 10_000) if args.quick else (1000, 3000, 10_000)
     warm = clients(20)
     FederatedGaussianMixture(R, method="fedgrem", max_iter=5, random_state=0).fit(warm)  # compile
     print(f"| K | fedgrem fit (s) | per client (ms) | k-means, all clients (s) | scikit-learn KMeans, "
@@ -84,13 +86,26 @@ def main(argv=None):
     if not args.quick and len(results) > 1:
         plot(results, args.figure)
         print(f"figure: {args.figure}")
-    if args.quick or 10_000 not in results:
-        return 0
-    fed, pooled, _ = results[10_000]
-    checks = [(f"K = 10,000 fedgrem fit {fed:.1f} s <= 20 s", fed <= 20.0),
-              (f"K = 10,000 fedgrem / pooled-em {fed / pooled:.1f} <= 10", fed / pooled <= 10.0)]
+    checks = targets(results, margin=1.5 if args.quick else 1.0)
     print("\n" + "\n".join(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks))
     return 0 if all(ok for _, ok in checks) else 1
+
+
+def targets(results, margin):
+    """(description, met?) for issue 16's targets among ``results`` (K -> fedgrem, pooled, sklearn seconds),
+    each bound widened by ``margin``."""
+    checks = []
+    if 10_000 in results:
+        fed, pooled, _ = results[10_000]
+        checks += [(f"K = 10,000 fedgrem fit {fed:.1f} s <= {20 * margin:g} s", fed <= 20.0 * margin),
+                   (f"K = 10,000 fedgrem / pooled-em {fed / pooled:.1f} <= {10 * margin:g}", fed / pooled <= 10.0 * margin)]
+    if len(results) > 1:
+        small, large = min(results), max(results)
+        growth = (results[large][0] / large) / (results[small][0] / small)
+        bound = 1.1 * margin  # linear, within this machine's timing noise
+        checks.append((f"time per client at K = {large:,} over K = {small:,}: {growth:.2f} <= {bound:g}",
+                       growth <= bound))
+    return checks
 
 
 if __name__ == "__main__":
