@@ -42,7 +42,7 @@ def _one_fit(model, method, setting, seed, fit_options):
     # The simulated data follow the paper's model (unit variances, unit noise): fit that model, and FedGrEM with
     # the paper's penalty schedule, unless told otherwise.
     paper_model = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
-    paper_model["penalty"] = "paper"
+    paper_model = {**paper_model, "penalty": "paper"}
     common = {**paper_model, **common}
     if method == "fedem":
         common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)

@@ -184,7 +184,7 @@ def sure_risk(distance, threshold, variance, p):
 
 
 def sure_grid_risk(distance, root, variance, p, grid):
-    """``sum_b sure_risk(D_b, lambda / root_b, v_b, p)`` for every ``lambda`` of ``grid``, in one pass over the blocks.
+    """``sum_b sure_risk(D_b, lambda / root_b, v_b, p)`` for every ``lambda`` of ``grid``, without a pass per ``lambda``.
 
     A block is pooled once ``lambda >= D_b root_b``, and :func:`sure_risk` is then
     the constant ``p v + D^2 - 2 v p``; below, ``p v + lambda^2 / root^2 - 2 v (p - 1) lambda / (root D)``,

@@ -90,7 +90,7 @@ def test_sure_risk_is_unbiased_for_the_group_soft_threshold(threshold):
 @given(blocks=st.lists(st.tuples(st.floats(0.0, 20.0), st.floats(0.5, 40.0), st.floats(1e-3, 2.0)), min_size=1,
                        max_size=30), p=st.integers(1, 12))
 def test_sure_grid_risk_is_the_sum_of_the_blocks_risks(blocks, p):
-    """The sorted, cumulative evaluation against the oracle: ``sure_risk`` summed block by block for every
+    """The binned, cumulative evaluation against the oracle: ``sure_risk`` summed block by block for every
     ``lambda`` (a ``lambda`` at a block's ``D root`` within rounding is left out: SURE jumps there by ``2 v``)."""
     D, root, v = (np.array(x) for x in zip(*blocks))
     grid = np.asarray(SURE_GRID)

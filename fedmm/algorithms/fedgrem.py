@@ -321,8 +321,9 @@ class FedGrEM(GradientStrategy):
                                                  lam_memory=memory)
 
     def _pilot(self, last, scheduled, t):
-        """The ``lambda`` a round's central update is solved at first: the schedule's, or under
-        ``penalty="sure"`` last round's choice (the schedule's in round 1), from which :meth:`_pool` chooses."""
+        """The ``lambda`` a round's central update is solved at first: the schedule's, or under SURE's penalties
+        (``"sure"``, ``"sure-floored"``) last round's choice (the schedule's in round 1), from which :meth:`_pool`
+        chooses."""
         return last if self.penalty in SURE_PENALTIES and t > 1 else scheduled
 
     def _pool(self, messages, family, lam, lam_scale, t, warned, scheduled, memory, w0):
