@@ -47,6 +47,16 @@ with one of two alternating schemes:
 Both stop when ``nu_bar`` moves by less than the tolerance, and the tests hold
 both to the optimality conditions.
 
+**A weight per block** (fedmm's, beyond the paper). With ``weights`` ``omega_kr``
+the problem is
+
+    min  sum_k  omega_kr ( 1/2 ||nu_k - theta_k||^2 + lambda / sqrt(n_k) ||nu_k - nu_bar||_2 ):
+
+the threshold is still ``lambda / sqrt(n_k)``, the closed form of ``Delta_k`` is unchanged, and
+``omega`` only decides how much each client's estimate counts in the centre,
+``nu_bar = sum_k omega_k (theta_k - Delta_k) / sum_k omega_k``, and how far a far client can pull
+it (``omega_k lambda / sqrt(n_k)``, the Huber slope). ``omega = n_k`` is the paper's problem.
+
 **A metric per client** (fedmm's, beyond the paper). With ``metric`` ``G_kr``
 (symmetric positive definite), every norm above becomes
 ``||u||_G = sqrt(u^T G_kr u)``:
@@ -110,13 +120,13 @@ def pooling_share(central):
 
     The solution is ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_kr`` (the group soft-threshold, the ``Delta_k``
     step of eq. (6) of Algorithm 1), ``s = 1``
-    exactly when pooled, and the centre is the mean of the ``theta_kr`` weighted by ``n_k s_kr``.
+    exactly when pooled, and the centre is the mean of the ``theta_kr`` weighted by ``omega_kr s_kr`` (``n_k s_kr`` by default).
     """
     with np.errstate(divide="ignore"):
         return np.where(central.pooled, 1.0, np.minimum(1.0, central.threshold / central.distance))
 
 
-def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, max_iter=1000):
+def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls", tol=1e-10, max_iter=1000):
     """Solve the central problem of FedGrEM for every component.
 
     Parameters
@@ -124,9 +134,12 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
     theta : ndarray of shape (K, R, p)
         The clients' parameters after their local gradient step.
     n_k : ndarray of shape (K,) or (K, R)
-        Client sample sizes, or per-component effective sizes.
+        Client sample sizes, or per-component effective sizes: the threshold is ``lam / sqrt(n_k)``.
     lam : float
-        Penalty ``lambda`` (``0`` returns the inputs; ``inf`` the ``n_k``-weighted mean).
+        Penalty ``lambda`` (``0`` returns the inputs; ``inf`` the ``weights``-weighted mean).
+    weights : ndarray of shape (K,) or (K, R), optional
+        Each block's weight ``omega_kr`` in the objective (see the module docstring); ``n_k`` (the paper's)
+        when not given.
     metric : ndarray of shape (K, R, p, p), optional
         The metric ``G_kr`` of each client's component (see the module docstring); ``None``, the
         Euclidean norm of the paper. With a metric, ``"irls"`` runs its numpy loop.
@@ -145,25 +158,27 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     theta = np.asarray(theta, dtype=float)
-    n_k = np.broadcast_to(np.asarray(n_k, dtype=float).reshape(len(theta), -1), theta.shape[:2])
-    # A component empty on every client (per-component sizes all 0) has no weighted mean: it is solved as
-    # if every client held one sample of it. Finite, and nothing depends on where an empty component sits.
-    n_k = np.where(np.any(n_k > 0, axis=0), n_k, 1.0)
+    n_k = _per_block(n_k, theta)
+    # The Huber slope omega / sqrt(n_k) of a far block; sqrt(n_k) itself for the paper's weights, computed
+    # as such so that the default solves bit for bit as before weights existed.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.sqrt(n_k) if weights is None else _per_block(weights, theta) / np.sqrt(n_k)
+    weights = n_k if weights is None else _per_block(weights, theta)
     with np.errstate(divide="ignore"):
         threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
     scale = 1.0 + np.abs(theta).max()
-    # Both schemes start from Delta = 0 (App. B.1, step (i)): the n_k-weighted mean.
+    # Both schemes start from Delta = 0 (App. B.1, step (i)): the weighted mean.
     if metric is not None:
         metric = np.asarray(metric, dtype=float)
         if metric.shape != theta.shape + theta.shape[-1:]:
             raise ValueError(f"metric must have shape {theta.shape + theta.shape[-1:]}, got {metric.shape}.")
-    center = _weighted_mean(theta, n_k, metric)
+    center = _weighted_mean(theta, weights, metric)
     if lam == 0:
         # No penalty: nu_k = theta_k and any nu_bar is optimal; report the weighted mean.
         distance = _norm(theta - center, metric)
         return CentralResult(theta.copy(), center, distance == 0, distance, threshold, 0, True)
     iterate = _irls if solver == "irls" and metric is None else _numpy_iterations(solver, threshold, metric)
-    center, it, converged = iterate(theta, n_k, float(lam), center, tol * scale, max_iter)
+    center, it, converged = iterate(theta, n_k, weights, slope, float(lam), center, tol * scale, max_iter)
     u = theta - center
     distance = _norm(u, metric)
     nu = _soft_threshold(u, threshold, metric, distance)
@@ -172,23 +187,31 @@ def central_update(theta, n_k, lam, *, metric=None, solver="irls", tol=1e-10, ma
     return CentralResult(nu, center, ~(distance > threshold), distance, threshold, it, converged)
 
 
+def _per_block(sizes, theta):
+    """``sizes`` (K,) or (K, R) as (K, R) floats. A component empty on every client (all 0) has no weighted
+    mean: it is solved as if every client held one sample of it. Finite, and nothing depends on where an
+    empty component sits."""
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=float).reshape(len(theta), -1), theta.shape[:2])
+    return np.where(np.any(sizes > 0, axis=0), sizes, 1.0)
+
+
 def _numpy_iterations(solver, threshold, metric=None):
     """The loop of ``solver`` ("irls", "irls-numpy" or "alternating") in numpy, with :func:`_irls`'s
     signature."""
-    def irls_step(theta, n_k, lam, center):
+    def irls_step(theta, weights, slope, lam, center):
         distance = _norm(theta - center, metric)                                      # (K, R)
-        with np.errstate(divide="ignore"):
-            far = np.sqrt(n_k) * lam / distance
-        return _weighted_mean(theta, np.where(distance <= threshold, n_k, far), metric)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            far = slope * lam / distance
+        return _weighted_mean(theta, np.where(distance <= threshold, weights, far), metric)
 
-    def alternating_step(theta, n_k, lam, center):
-        return _weighted_mean(theta - _soft_threshold(theta - center, threshold, metric), n_k, metric)
+    def alternating_step(theta, weights, slope, lam, center):
+        return _weighted_mean(theta - _soft_threshold(theta - center, threshold, metric), weights, metric)
 
     step = alternating_step if solver == "alternating" else irls_step
 
-    def iterate(theta, n_k, lam, center, tol, max_iter):
+    def iterate(theta, n_k, weights, slope, lam, center, tol, max_iter):
         for it in range(1, max_iter + 1):
-            new_center = step(theta, n_k, lam, center)
+            new_center = step(theta, weights, slope, lam, center)
             moved = np.abs(new_center - center).max()
             center = new_center
             if moved <= tol:
@@ -197,9 +220,10 @@ def _numpy_iterations(solver, threshold, metric=None):
     return iterate
 
 
-def _irls_loop(theta, n_k, lam, center, tol, max_iter):
-    """The IRLS loop of :func:`central_update` on component-major arrays, ``theta`` (R, K, p) and ``n_k``
-    (R, K): ``(center, n_iter, converged)``. Compiled twice (:func:`_irls`)."""
+def _irls_loop(theta, n_k, weights, slope, lam, center, tol, max_iter):
+    """The IRLS loop of :func:`central_update` on component-major arrays, ``theta`` (R, K, p), ``n_k``,
+    ``weights`` and the far blocks' ``slope`` (R, K): ``(center, n_iter, converged)``. Compiled twice
+    (:func:`_irls`)."""
     R, K, p = theta.shape
     center = center.copy()
     for it in range(1, max_iter + 1):
@@ -212,8 +236,8 @@ def _irls_loop(theta, n_k, lam, center, tol, max_iter):
                     distance += (theta[r, k, j] - center[r, j]) ** 2
                 distance = np.sqrt(distance)
                 root = np.sqrt(n_k[r, k])
-                # distance <= lam / root, written so that an empty component (n_k = 0) weighs nothing.
-                omega = n_k[r, k] if distance * root <= lam else root * lam / distance
+                # distance <= lam / root, written so that an empty component (n_k = 0) is near.
+                omega = weights[r, k] if distance * root <= lam else slope[r, k] * lam / distance
                 total += omega
                 for j in range(p):
                     new[r, j] += omega * theta[r, k, j]
@@ -233,7 +257,7 @@ _irls_parallel = njit(cache=True, parallel=True)(_irls_loop)
 PARALLEL_SIZE = 100_000
 
 
-def _irls(theta, n_k, lam, center, tol, max_iter):
+def _irls(theta, n_k, weights, slope, lam, center, tol, max_iter):
     """:func:`_irls_loop`, compiled, with the components in parallel for large problems.
 
     The loop reads each component's clients in turn, so it gets them component-major, one contiguous
@@ -242,8 +266,8 @@ def _irls(theta, n_k, lam, center, tol, max_iter):
     K = 10,000).
     """
     loop = _irls_parallel if theta.size >= PARALLEL_SIZE else _irls_serial
-    return loop(np.ascontiguousarray(theta.transpose(1, 0, 2)), np.ascontiguousarray(n_k.T), lam, center, tol,
-                max_iter)
+    return loop(np.ascontiguousarray(theta.transpose(1, 0, 2)), np.ascontiguousarray(n_k.T),
+                np.ascontiguousarray(weights.T), np.ascontiguousarray(slope.T), lam, center, tol, max_iter)
 
 
 def _weighted_mean(points, weights, metric=None):

@@ -607,12 +607,15 @@ _SHARED_PARAMS_DOC = """
     center_restarts : int, default=1
         FedGrEM: how often clients left unpooled are restarted from the
         consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
-    pooling_sizes : {"client", "component"}, default="client"
+    pooling_sizes : {"client", "component", "information"}, default="client"
         FedGrEM: the sizes weighting the central problem: ``n_k`` (the
         paper), or ``n_k w_kr R``, each component's effective sample size at
         the starting weights (scaled to equal ``n_k`` under uniform
-        proportions), which pools small components at their own noise level
-        (``docs/fedgrem.md``).
+        proportions), which pools small components at their own noise level,
+        or ``"information"``: each client's estimate counts in the centre by
+        ``n_k w_kr R`` (pooled clients meet at pooled EM's fixed point) while
+        the thresholds stay the paper's, lowered only so that no component
+        pulls harder than the paper allows (``docs/fedgrem.md``).
     pool_variances : {True, False, "robust"}, default=True
         FedGrEM with estimated variances: True, each variance moves towards
         the pooled variance as far as its mean moved towards the centre, so a

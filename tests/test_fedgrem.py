@@ -40,6 +40,38 @@ def test_infinite_penalty_is_gradient_fedem():
     assert fed.diagnostics.pooled.all()
 
 
+@pytest.mark.parametrize("pooling_sizes, meets", [("information", True), ("client", False)])
+def test_fully_pooled_clients_meet_at_pooled_ems_fixed_point_with_information_weights(pooling_sizes, meets):
+    """Clients whose proportions differ, all pooled (lambda = inf, the paper's step C_eta / w^[0]): with
+    pooling_sizes="information" the centre is the M-step of the summed statistics, sum_k Sx_kr / sum_k N_kr,
+    each client counting by the responsibilities it holds. The paper's n_k counts a client with few samples
+    of a component as much as one with many, and misses it."""
+    X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, concentration=1.0, random_state=2)
+    data, family = FederatedData.from_input(X), GaussianFamily()
+    start = _start(truth, np.random.RandomState(2))._replace(weights=truth.weights)
+    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, eta_rule="initial",
+                             pooling_sizes=pooling_sizes)
+    fit = run_rounds(strategy, family, data, start, 5000, 1e-13)
+    _, stats = family.estep(data, fit.params)
+    pooled_m_step = stats.Sx.sum(0) / stats.N.sum(0)[:, None]
+    assert np.allclose(fit.params.theta[0], pooled_m_step, rtol=1e-7, atol=1e-9) == meets
+
+
+def test_information_weights_bound_a_components_pull_on_the_centre():
+    """pooling_sizes="information": weights n_k w_kr^[0] R, thresholds the paper's lambda / sqrt(n_k) up to a
+    component's equal share and lambda / (sqrt(n_k) w_kr^[0] R) above it, so weight x threshold never exceeds
+    the paper's sqrt(n_k) lambda."""
+    strategy = make_strategy("fedgrem", pooling_sizes="information")
+    n_k = np.array([100.0, 400.0])
+    w0 = np.array([[0.1, 0.3, 0.6], [1 / 3, 1 / 3, 1 / 3]])
+    sizes, weights = strategy._blocks(n_k, w0)
+    np.testing.assert_allclose(weights, n_k[:, None] * w0 * 3)
+    threshold = 1.0 / np.sqrt(sizes)
+    np.testing.assert_allclose(threshold[:, :2][[0, 1, 1], [0, 0, 1]], 1 / np.sqrt([100.0, 400, 400]))
+    np.testing.assert_allclose(weights * threshold, np.minimum(np.sqrt(n_k)[:, None], weights / np.sqrt(n_k)[:, None]))
+    assert make_strategy("fedgrem")._blocks(n_k, w0)[1] is None  # the paper's: n_k
+
+
 def test_zero_penalty_is_local_gradient_em():
     X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=1)
     data, family = FederatedData.from_input(X), GaussianFamily()
