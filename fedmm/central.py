@@ -159,11 +159,14 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     theta = np.asarray(theta, dtype=float)
     n_k = _per_block(n_k, theta)
-    # The Huber slope omega / sqrt(n_k) of a far block; sqrt(n_k) itself for the paper's weights, computed
-    # as such so that the default solves bit for bit as before weights existed.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.sqrt(n_k) if weights is None else _per_block(weights, theta) / np.sqrt(n_k)
-    weights = n_k if weights is None else _per_block(weights, theta)
+    # A far block's Huber slope omega / sqrt(n_k): sqrt(n_k) itself for the paper's weights, computed as such
+    # so that the default solves bit for bit as before weights existed.
+    if weights is None:
+        weights, slope = n_k, np.sqrt(n_k)
+    else:
+        weights = _per_block(weights, theta)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = weights / np.sqrt(n_k)
     with np.errstate(divide="ignore"):
         threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
     scale = 1.0 + np.abs(theta).max()

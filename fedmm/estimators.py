@@ -714,7 +714,8 @@ _SHARED_ATTRS_DOC = """
         component onto the centre, and how far its local estimate was.
     pooling_threshold_ : ndarray of shape (n_clients, n_components)
         FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` at the
-        starting weights with ``pooling_sizes="component"``), the pooling distance.
+        starting weights with ``pooling_sizes="component"``, ``/ (sqrt(n_k)
+        max(1, w_kr R))`` with ``"information"``), the pooling distance.
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: how far each client's estimates are from the consensus,
         against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);

@@ -97,7 +97,7 @@ def _affine(method, seed):
 
 
 @pytest.mark.parametrize("method, options", [(m, {}) for m in sorted(METHODS)]
-                         + [("fedgrem", {"pool_variances": "robust"})])
+                         + [("fedgrem", {"pool_variances": "robust"}), ("fedgrem", {"pooling_sizes": "information"})])
 @pytest.mark.parametrize("covariance_type", ["tied", "full"])
 @settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), b=shifts)
@@ -123,18 +123,20 @@ def test_full_and_tied_covariances_are_equivariant_to_affine_maps(method, option
                                rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method, options", [(m, {}) for m in sorted(METHODS)]
+                         + [("fedgrem", {"pooling_sizes": "information"})])
 @pytest.mark.parametrize("noise_variance", ["component", "shared"])
 @settings(max_examples=4, deadline=None)
 @given(c=scales, e=shifts, seed=st.integers(0, 2 ** 16), b=st.floats(-100, 100))
-def test_mixtures_of_regressions_are_equivariant_to_affine_maps(method, noise_variance, c, e, seed, b):
+def test_mixtures_of_regressions_are_equivariant_to_affine_maps(method, options, noise_variance, c, e, seed, b):
     """``X -> X B + b`` (``B`` diagonal, or any invertible matrix for the rotation-equivariant methods),
     ``y -> c y + e``: ``coef -> c B^-1 coef``, ``intercept -> c intercept + e - b . coef'``,
     ``noise variance -> c^2 noise variance``."""
     X, y = _mor_clients()
     B = _affine(method, seed)
     Xm, ym = [Xk @ B + b for Xk in X], [c * yk + e for yk in y]
-    make = lambda: FederatedMixtureRegression(2, method=method, noise_variance=noise_variance, **FIT)  # noqa: E731
+    make = lambda: FederatedMixtureRegression(2, method=method, noise_variance=noise_variance,  # noqa: E731
+                                              **options, **FIT)
     ref, new = _fit_quietly(make(), X, y), _fit_quietly(make(), Xm, ym)
     for p, p_new in zip(ref.predict_proba(X, y), new.predict_proba(Xm, ym)):
         np.testing.assert_array_equal(p.argmax(axis=1), p_new.argmax(axis=1))

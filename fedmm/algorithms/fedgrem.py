@@ -375,7 +375,8 @@ class FedGrEM(GradientStrategy):
         ``(sizes, weights)`` at the pass's starting weights ``w0``; ``weights`` is None (the sizes) but
         with ``pooling_sizes="information"``.
 
-        ``"information"`` weighs each block by ``n_k w_kr^[0] R``, the information in
+        fedmm's, beyond the paper, whose central problem (Algorithm 1; App. B.1, eq. (6)) weighs client
+        ``k`` by ``n_k``. ``"information"`` weighs each block by ``n_k w_kr^[0] R``, the information in
         ``theta_tilde_kr``: the gradient step moves a component the fraction ``w_hat_kr / w_kr^[0]`` of
         the way to its M-step (``C_eta = 1``; a component grown beyond its start goes all the way,
         :func:`fedmm.algorithms._base.step_sizes`), so clients that all pool meet at pooled EM's fixed
