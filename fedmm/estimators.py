@@ -420,7 +420,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         others, and for FedGrEM once for the consensus, if any client's
         component ``r`` sits on it (``pooled_``), plus, for each client whose
         component ``r`` does not, the degrees of freedom its shrinkage leaves
-        (:meth:`_shrunk_components`); its variances once per distinct value
+        (:meth:`_kept_share`); its variances likewise where they follow the
+        means (``pool_variances=True``), else once per distinct value
         (``pooled_variances_``).
         Variances shared by a client's components (a tied covariance, a shared
         noise variance) count once per client, or once in all where components
@@ -442,21 +443,33 @@ class _FederatedMixture(BaseEstimator, ABC):
                 return np.full(R, 1 if strategy.shares_components else K)
             return (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
 
-        means = self._shrunk_components(index) if strategy.pools_onto_consensus else distinct(None)
-        scales = distinct(self.pooled_variances_[index] if strategy.pools_onto_consensus else None)
+        if not strategy.pools_onto_consensus:
+            means = scales = distinct(None)
+        else:
+            pooled, kept = self._kept_share(index)
+            means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
+            follow = self.pool_variances is True and self._family.scale_per_component
+            scales = (pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0) if follow
+                      else distinct(self.pooled_variances_[index]))
         return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()
                 + client_scale * scales[0])
 
-    def _shrunk_components(self, index):
-        """FedGrEM's component parameters in units of ``p`` (R,): the consensus once if any client sits on
-        it, and each client off it by the group lasso's degrees of freedom (Yuan & Lin 2006, Sec. 4:
-        ``1 + (p - 1) ||beta_g|| / ||beta_g^LS||``) divided by ``p``, with ``||beta_g|| / ||beta_g^LS||`` the
-        share of its distance to the consensus the central update leaves it (``1 - threshold / distance``).
-        A client kept far off counts almost ``p``; one shrunk most of the way, little more than 1."""
-        pooled, p = self.pooled_[index], self._family.param_dim(self.n_features_in_)
+    def _kept_share(self, index):
+        """FedGrEM's ``(pooled, kept)`` (K, R): whether each client's component sits on the consensus, and
+        the share of its distance to it that the central update leaves it, ``1 - threshold / distance``.
+
+        They count its parameters: the consensus once if any client sits on it; each client off it,
+        its mean by the group lasso's degrees of freedom (Yuan & Lin 2006, Sec. 4:
+        ``1 + (p - 1) ||beta_g|| / ||beta_g^LS||``, ``||beta_g|| / ||beta_g^LS||`` being ``kept``): a client
+        kept far off counts almost ``p``, one shrunk most of the way little more than 1; its variances,
+        which follow the mean's share (``pool_variances=True``, :func:`fedmm.algorithms.fedgrem.pool_variances`:
+        ``kept`` of its own estimate, the rest the pooled one), by ``kept`` of their number, the trace of
+        that linear shrinkage. (Counted in full, as once, they charged a client component shrunk three
+        quarters of the way to the consensus ten variances against its mean's 3.2 parameters.)
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.clip(1.0 - self.pooling_threshold_[index] / self.distance_to_center_[index], 0.0, 1.0)
-        return pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
+        return self.pooled_[index], kept
 
     def _bic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, np.log)

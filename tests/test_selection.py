@@ -20,22 +20,30 @@ def data():
 
 def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
     """Means: the consensus once where used, each unpooled client by the group lasso's degrees of freedom
-    ``1 + (d - 1) (1 - threshold / distance)`` (Yuan & Lin 2006); diagonal variances once per distinct value."""
-    model = FederatedGaussianMixture(3, random_state=0).fit(data)
+    ``1 + (d - 1) kept``, ``kept = 1 - threshold / distance`` (Yuan & Lin 2006); diagonal variances, which
+    follow the means' share (``pool_variances=True``), the consensus once and ``kept d`` per unpooled client
+    (the linear shrinkage's trace), and with ``pool_variances=False`` once per distinct value."""
     K, R, d = 4, 3, 2
     n = 4 * 100
     per_component = 2 * d                                             # mean and diagonal variances
-    pooled = model.pooled_
-    assert not pooled.all()                                           # the count below has both kinds
-    mean_df = 0.0
-    for r in range(R):
-        mean_df += d * pooled[:, r].any()
-        for k in np.flatnonzero(~pooled[:, r]):
-            kept = 1 - model.pooling_threshold_[k, r] / model.distance_to_center_[k, r]
-            mean_df += 1 + (d - 1) * kept
-    expected = K * (R - 1) + mean_df + d * ((~pooled).sum() + pooled.any(axis=0).sum())
-    loglik = sum(model.score_samples(data)[k].sum() for k in range(K))
-    assert np.isclose(model.bic(data), -2 * loglik + np.log(n) * expected)
+    for pool_variances in (True, False):
+        model = FederatedGaussianMixture(3, pool_variances=pool_variances, random_state=0).fit(data)
+        pooled = model.pooled_
+        assert not pooled.all()                                       # the count below has both kinds
+        mean_df = variance_df = 0.0
+        for r in range(R):
+            mean_df += d * pooled[:, r].any()
+            variance_df += d * pooled[:, r].any()
+            for k in np.flatnonzero(~pooled[:, r]):
+                kept = 1 - model.pooling_threshold_[k, r] / model.distance_to_center_[k, r]
+                assert 0 <= kept < 1
+                mean_df += 1 + (d - 1) * kept
+                variance_df += d * kept
+        if not pool_variances:                                        # every client keeps its own
+            variance_df = d * K * R
+        expected = K * (R - 1) + mean_df + variance_df
+        loglik = sum(model.score_samples(data)[k].sum() for k in range(K))
+        assert np.isclose(model.bic(data), -2 * loglik + np.log(n) * expected)
     local = FederatedGaussianMixture(3, method="local-em", random_state=0).fit(data)
     assert np.isclose(local._n_parameters(np.arange(K)), K * (R - 1 + R * per_component))
     fedem = FederatedGaussianMixture(3, method="fedem", random_state=0).fit(data)
