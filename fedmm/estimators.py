@@ -620,7 +620,7 @@ _SHARED_PARAMS_DOC = """
     center_restarts : int, default=1
         FedGrEM: how often clients left unpooled are restarted from the
         consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
-    pooling_sizes : {"client", "component", "information"}, default="client"
+    pooling_sizes : {"auto", "client", "component", "information"}, default="auto"
         FedGrEM: the sizes weighting the central problem: ``n_k`` (the
         paper), or ``n_k w_kr R``, each component's effective sample size at
         the starting weights (scaled to equal ``n_k`` under uniform
@@ -628,7 +628,9 @@ _SHARED_PARAMS_DOC = """
         or ``"information"``: each client's estimate counts in the centre by
         ``n_k w_kr R`` (pooled clients meet at pooled EM's fixed point) while
         the thresholds stay the paper's, lowered only so that no component
-        pulls harder than the paper allows (``docs/fedgrem.md``).
+        pulls harder than the paper allows (``docs/fedgrem.md``). ``"auto"``:
+        ``"information"`` for FedGrEM (since 2026-11-24; ``"client"`` before),
+        ``"client"`` for d-FedGrEM.
     pool_variances : {True, False, "robust"}, default=True
         FedGrEM with estimated variances: True, each variance moves towards
         the pooled variance as far as its mean moved towards the centre, so a
@@ -726,9 +728,10 @@ _SHARED_ATTRS_DOC = """
         FedGrEM and d-FedGrEM (per neighbourhood): whether the last central update pooled each client's
         component onto the centre, and how far its local estimate was.
     pooling_threshold_ : ndarray of shape (n_clients, n_components)
-        FedGrEM only: ``lambda_T / sqrt(n_k)`` (or ``/ sqrt(n_k w_kr R)`` at the
-        starting weights with ``pooling_sizes="component"``, ``/ (sqrt(n_k)
-        max(1, w_kr R))`` with ``"information"``), the pooling distance.
+        FedGrEM only: ``lambda_T / (sqrt(n_k) max(1, w_kr R))`` at the starting
+        weights with ``pooling_sizes="information"`` (the default), ``lambda_T /
+        sqrt(n_k)`` with ``"client"``, ``/ sqrt(n_k w_kr R)`` with
+        ``"component"``: the pooling distance.
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: how far each client's estimates are from the consensus,
         against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);
@@ -806,7 +809,7 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
-                 penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="client",
+                 penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="auto",
                  pool_variances=True,
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
                  federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
@@ -1022,7 +1025,7 @@ class FederatedMixtureRegression(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="sure-floored", penalty_params=None, center_restarts=1,
-                 pooling_sizes="client", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
+                 pooling_sizes="auto", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
                  n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
                  coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,
                  weights_init=None, coef_init=None, backend="auto",

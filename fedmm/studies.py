@@ -40,9 +40,9 @@ def _one_fit(model, method, setting, seed, fit_options):
     h = design.pop("h", 0.0)
     common = dict(random_state=seed, **fit_options)
     # The simulated data follow the paper's model (unit variances, unit noise): fit that model, and FedGrEM with
-    # the paper's penalty schedule, unless told otherwise.
+    # the paper's penalty schedule and central weights (n_k), unless told otherwise.
     paper_model = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
-    paper_model = {**paper_model, "penalty": "paper"}
+    paper_model = {**paper_model, "penalty": "paper", "pooling_sizes": "client"}
     common = {**paper_model, **common}
     if method == "fedem":
         common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)
@@ -139,7 +139,8 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         Extra estimator arguments (``n_init``, ``max_iter``, ``C_eta``, ...); each method gets those
         it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`). Unless they say otherwise the
         fits use the paper's model (``covariance_type="identity"``, ``noise_variance=1.0``) and
-        penalty schedule (``penalty="paper"``), as the simulated data follow it.
+        penalty schedule and central weights (``penalty="paper"``, ``pooling_sizes="client"``), as the
+        simulated data follow it.
     n_jobs : int
         Parallel workers (joblib; -1: all cores, or all of a cluster's workers).
     progress : bool

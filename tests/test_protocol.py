@@ -74,9 +74,14 @@ def test_fedgrem_restarts_run_in_the_engine_in_both_modes():
 
 def _many_clients(K=300, seed=0):
     """The paper's design (App. B.1) with many small clients, a tenth of them outliers: a trimmed pooled
-    start whose first pass (seed 0) ends with a few unpooled clients still drifting."""
+    start whose first pass (seed 0) ends with a few unpooled clients still drifting. With the paper's
+    weights in the centre (``pooling_sizes="client"``), on which the deferral's tests were measured: with
+    the information weights (the default since 2026-11-24) the deferred restarts of seed 2 decide one
+    client differently and its honest clients' largest error is 0.438 against the undeferred 0.419, the
+    approximation the deferral makes by design (restarts decided against states still on the move)."""
     X, _ = make_federated_gmm(K, 50, outlier_clients=range(K // 10), random_state=seed)
-    estimator = FederatedGaussianMixture(5, method="fedgrem", init="trimmed-pooled", random_state=seed, verbose=1)
+    estimator = FederatedGaussianMixture(5, method="fedgrem", init="trimmed-pooled", pooling_sizes="client",
+                                         random_state=seed, verbose=1)
     return X, estimator
 
 

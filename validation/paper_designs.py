@@ -2,14 +2,16 @@
 
 GMM design (``--model gmm``): K = 10, n = 150, d = 10, R = 5, one outlier client (N(2 * 1, 3 I)),
 h in {0, 1}; FedGrEM with default settings (diagonal covariances, trimmed pooled start, the
-penalty chosen by SURE every round and never below the paper's schedule, ``penalty="sure-floored"``),
-with the paper's schedule (``penalty="paper"``), with SURE's choice alone (``"sure"``), with
-``penalty="auto"``, and with the paper's model, start and schedule (identity covariance, local-EM
-start). Target (item 5): defaults at most 0.35 at h = 0 and at most 0.95 at h = 1 (mean over seeds
+penalty chosen by SURE every round and never below the paper's schedule, ``penalty="sure-floored"``,
+information weights in the centre, ``pooling_sizes="information"``), with the paper's schedule
+(``penalty="paper"``), with SURE's choice alone (``"sure"``), with ``penalty="auto"``, with the
+paper's weights ``n_k`` in the centre (``pooling_sizes="client"``), and with the paper's model, start,
+schedule and weights (identity covariance, local-EM start). Target (item 5): defaults at most 0.35 at h = 0 and at most 0.95 at h = 1 (mean over seeds
 of the maximum error of the means over honest clients).
 
 MoR design (``--model mor``): R = 5, p = 10, n = 150, K = 10; FedGrEM, pooled EM and local EM
-with fedmm's defaults (intercept, per-component noise variances, ``penalty="sure-floored"``),
+with fedmm's defaults (intercept, per-component noise variances, ``penalty="sure-floored"``,
+``pooling_sizes="information"``), with ``pooling_sizes="client"``,
 with ``penalty="paper"`` and ``"sure"``, and with the paper's model and schedule (no intercept, unit noise), at
 h = 0 with one outlier client (``y = x^T 3 1 + e``), at h = 0 without it, and at h = 2 with it. Targets (item 4): FedGrEM at most 0.3 at h = 0 (one outlier); pooled
 EM below 1.0 at h = 0; at h = 2 FedGrEM no worse than local EM.
@@ -43,14 +45,17 @@ DESIGNS = {
     "gmm": dict(rows={"defaults": {}, "defaults, penalty='paper'": dict(penalty="paper"),
                       "defaults, penalty='sure'": dict(penalty="sure"),
                       "defaults, penalty='auto'": dict(penalty="auto"),
+                      "defaults, pooling_sizes='client'": dict(pooling_sizes="client"),
                       "paper model, start and penalty": dict(covariance_type="identity", init="local-em",
-                                                             penalty="paper")},
+                                                             penalty="paper", pooling_sizes="client")},
                 cases={"h=0, one outlier": dict(h=0.0, outlier_clients=[9]),
                        "h=1, one outlier": dict(h=1.0, outlier_clients=[9])},
                 methods=("fedgrem",)),
     "mor": dict(rows={"defaults": {}, "defaults, penalty='paper'": dict(penalty="paper"),
                       "defaults, penalty='sure'": dict(penalty="sure"),
-                      "paper model and penalty": dict(fit_intercept=False, noise_variance=1.0, penalty="paper")},
+                      "defaults, pooling_sizes='client'": dict(pooling_sizes="client"),
+                      "paper model and penalty": dict(fit_intercept=False, noise_variance=1.0, penalty="paper",
+                                                      pooling_sizes="client")},
                 cases={"h=0, one outlier": dict(h=0.0, outlier_clients=[9]), "h=0, no outlier": dict(h=0.0),
                        "h=2, one outlier": dict(h=2.0, outlier_clients=[9])},
                 methods=("fedgrem", "pooled-em", "local-em")),

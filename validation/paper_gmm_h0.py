@@ -35,7 +35,7 @@ from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
 
 # The paper's model (identity covariance) and its pipeline (local-EM starts, fixed penalty schedule).
-BASE = dict(max_iter=1000, tol=1e-6, covariance_type="identity")
+BASE = dict(max_iter=1000, tol=1e-6, covariance_type="identity", pooling_sizes="client")
 FAITHFUL = dict(method="fedgrem", C_eta=0.95, eta_rule="initial", center_restarts=0, alignment="greedy",
                 init="local-em", penalty="paper", **BASE)
 DEFAULT = dict(method="fedgrem", C_eta=0.95, init="local-em", penalty="paper", **BASE)

@@ -28,7 +28,7 @@ from ._base import GradientStrategy
 PENALTIES = ("paper", "sure", "sure-floored", "theory")
 #: The penalties chosen every round by SURE (:func:`fedmm.tuning.sure_penalty`).
 SURE_PENALTIES = ("sure", "sure-floored")
-POOLING_SIZES = ("client", "component", "information")
+POOLING_SIZES = ("auto", "client", "component", "information")
 
 
 def penalty_schedule(penalty, penalty_params, p, K, n):
@@ -246,11 +246,12 @@ class FedGrEM(GradientStrategy):
         Step sizes (:func:`fedmm.algorithms._base.step_sizes`).
     penalty, penalty_params
         The penalty schedule (:func:`penalty_schedule`).
-    pooling_sizes : {"client", "component", "information"}
+    pooling_sizes : {"auto", "client", "component", "information"}
         Sizes weighting the central problem: ``n_k`` (the paper), each
         component's effective size at the pass's start, ``n_k w_kr^{[0]} R``,
         or ``"information"``: that size weighs each client's estimate in the
         centre while the thresholds stay the paper's (:meth:`_blocks`).
+        ``"auto"``: the method's own, ``default_pooling_sizes``.
     center_restarts : int
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
@@ -291,12 +292,15 @@ class FedGrEM(GradientStrategy):
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
 
+    # Clients that all pool meet at pooled EM's fixed point (docs/fedgrem.md, "Information weights in the centre").
+    default_pooling_sizes = "information"
+
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="client", pool_variances=True, central_tol=1e-10, central_max_iter=1000):
+                 pooling_sizes="auto", pool_variances=True, central_tol=1e-10, central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
-        self.pooling_sizes = pooling_sizes
+        self.pooling_sizes = self.default_pooling_sizes if pooling_sizes == "auto" else pooling_sizes
         if not (isinstance(pool_variances, (bool, np.bool_)) or pool_variances == "robust"):
             raise ValueError(f"pool_variances must be True, False or 'robust', got {pool_variances!r}.")
         self.pool_variances = pool_variances
