@@ -103,11 +103,12 @@ def test_estimators_fit_it_and_count_communication():
 def test_regression_estimator_takes_it():
     coef = np.array([[1.0, 2.0], [-2.0, 0.5]])
     X, y, _ = make_federated_mor(4, 100, centers=coef, h=0.2, random_state=2)
-    # Its random_state draws a graph first, so the starts differ: run both to their common fixed point.
+    # Its random_state draws a graph first, so the starts differ: run both to their common fixed point, with
+    # d-FedGrEM's weights in the centre (n_k; FedGrEM's default is the information weights).
     mr = FederatedMixtureRegression(2, method="d-fedgrem", graph="complete", fit_intercept=False, tol=1e-10,
                                     max_iter=3000, random_state=0).fit(X, y)
-    fg = FederatedMixtureRegression(2, method="fedgrem", fit_intercept=False, tol=1e-10, max_iter=3000,
-                                    random_state=0).fit(X, y)
+    fg = FederatedMixtureRegression(2, method="fedgrem", pooling_sizes="client", fit_intercept=False, tol=1e-10,
+                                    max_iter=3000, random_state=0).fit(X, y)
     np.testing.assert_allclose(np.sort(mr.coef_, axis=1), np.sort(fg.coef_, axis=1), atol=1e-6)
 
 

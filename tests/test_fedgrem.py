@@ -69,7 +69,9 @@ def test_information_weights_bound_a_components_pull_on_the_centre():
     threshold = 1.0 / np.sqrt(sizes)
     np.testing.assert_allclose(threshold[:, :2][[0, 1, 1], [0, 0, 1]], 1 / np.sqrt([100.0, 400, 400]))
     np.testing.assert_allclose(weights * threshold, np.minimum(np.sqrt(n_k)[:, None], weights / np.sqrt(n_k)[:, None]))
-    assert make_strategy("fedgrem")._blocks(n_k, w0)[1] is None  # the paper's: n_k
+    assert make_strategy("fedgrem", pooling_sizes="client")._blocks(n_k, w0)[1] is None  # the paper's: n_k
+    assert make_strategy("fedgrem").pooling_sizes == "information"  # "auto", FedGrEM's default
+    assert make_strategy("d-fedgrem").pooling_sizes == "client"     # d-FedGrEM's
 
 
 def test_zero_penalty_is_local_gradient_em():
