@@ -448,7 +448,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         else:
             pooled, kept = self._kept_share(index)
             means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
-            follow = self.pool_variances is True and self._family.scale_per_component
+            follow = self.pool_variances != "robust" and bool(self.pool_variances) and self._family.scale_per_component
             scales = (pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0) if follow
                       else distinct(self.pooled_variances_[index]))
         return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()

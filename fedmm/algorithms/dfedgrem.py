@@ -78,7 +78,7 @@ class DFedGrEM(FedGrEM):
     client_server = False
     pools_onto_consensus = False
     # The paper's n_k: information weights were measured to cost d-FedGrEM on the penguins (ARI 0.97 to 0.71,
-    # docs/decentralized.md), where a neighbourhood's few clients decide its centre.
+    # docs/fedgrem.md, "Information weights in the centre"), where a neighbourhood's few clients decide its centre.
     default_pooling_sizes = "client"
 
     def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None,
