@@ -87,3 +87,12 @@ def test_bench_clients_quick(capsys):
     assert _load("bench_clients").main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "| 10000 |" in out and out.count("- met:") == 3
+
+
+def test_pooling_choice_quick(capsys):
+    """validation/pooling_choice.py runs (quick: label-skewed digits and the MoR design at h = 2, two
+    replications) and prints both settings and the held-out rule's choices for each case."""
+    assert _load("pooling_choice").main(["--quick"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| digits") or
+            line.startswith("| MoR")]
+    assert len(rows) == 2 and all(len(row.split("|")) == 9 for row in rows)
