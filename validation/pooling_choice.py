@@ -8,11 +8,11 @@ rule, not yet fedmm's: every client holds out 20% of its training samples, both 
 fitted on the rest, each client reports its mean held-out log-likelihood per sample, and full
 pooling is chosen only when its trimmed mean over clients (``fedmm.tuning.TRIM``) beats the
 defaults' by more than one standard error (``fedmm.tuning.one_standard_error``, the side of less
-pooling); the plain argmax is printed too. The measured table and why the rule is not fedmm's default
-(one MoR fit of 20 at ``h = 2`` pools and fails) are in ``docs/realdata.md``. Cases: digits (IID and Dirichlet(0.5) clients, 20% of
+pooling); the plain argmax is printed too. Cases: digits (IID and Dirichlet(0.5) clients, 20% of
 clients contaminated; misclustering on the honest clients' test sets, as ``realdata.py``), and
 the paper's GMM and MoR designs with one outlier client (maximum error over honest clients, as
-``paper_designs.py``).
+``paper_designs.py``). The measured table, and why the rule is not fedmm's default (one MoR fit of
+20 at ``h = 2`` pools and fails), are in ``docs/realdata.md``.
 
     python validation/pooling_choice.py [--quick] [--reps N]
 """
@@ -27,24 +27,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))  # the digits' data and protocol are realdata.py's
 import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
+from fedmm.data import FederatedData  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
-from fedmm.tuning import TRIM, one_standard_error, trimmed_mean  # noqa: E402
+from fedmm.tuning import TRIM, holdout_split, one_standard_error, trimmed_mean  # noqa: E402
 
 SETTINGS = {"defaults": {}, "full pooling": dict(penalty=np.inf)}
 
 
-def inner_split(parts, rng, fraction=0.2):
-    """Every client's arrays (features, and responses) split at random: ``(train, held_out)`` lists of parts."""
-    train, held = [[] for _ in parts], [[] for _ in parts]
-    for k in range(len(parts[0])):
-        n = len(parts[0][k])
-        order = rng.permutation(n)
-        cut = n - max(int(round(fraction * n)), 1)
-        for i, part in enumerate(parts):
-            train[i].append(part[k][order[:cut]])
-            held[i].append(part[k][order[cut:]])
-    return train, held
+def holdout_parts(parts, rng):
+    """Every client's arrays (features, and responses) split 80/20 at random, as ``penalty="auto"`` splits
+    them (:func:`fedmm.tuning.holdout_split`): ``(train, held_out)``, each a list of parts."""
+    data = FederatedData.from_input(*parts)
+    return [[d.split(a) for a in (d.X, d.y) if a is not None] for d in holdout_split(data, 0.2, rng)]
 
 
 def digits_case(alpha, eps):
@@ -89,7 +84,7 @@ def replicate(case, seed):
     """Errors of both settings, and which one the held-out rule picks (plain argmax, one standard error)."""
     parts, make, error = case(seed)
     errors = {name: error(make(options).fit(*parts)) for name, options in SETTINGS.items()}
-    train, held = inner_split(parts, np.random.RandomState(1000 + seed))
+    train, held = holdout_parts(parts, np.random.RandomState(1000 + seed))
     scores = np.array([[s.mean() for s in make(options).fit(*train).score_samples(*held)]
                        for options in SETTINGS.values()])       # (settings, clients): defaults first
     plain = int(trimmed_mean(scores[1], TRIM) > trimmed_mean(scores[0], TRIM))
