@@ -771,8 +771,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     reg_covar : float, default=1e-6
         Added to estimated variances (the diagonal of full and tied
         covariances), in standard units (a fraction of each feature's pooled
-        variance, of the whitened pooled covariance for full and tied), so that
-        it does not depend on the data's units.
+        variance), so that it does not depend on the data's units.
     weights_init : array-like of shape (n_components,) or (n_clients, n_components), optional
         Initial mixing proportions (uniform by default when ``means_init`` is given).
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional

@@ -16,8 +16,9 @@ units and maps the estimates back:
   (:meth:`fedmm.families.Family.units`): none for the paper's identity
   covariance and fixed noise variances (their unit *is* the model), a shift
   and one scale for spherical covariances, a shift and a scale per feature
-  for diagonal ones, a shift and full whitening of ``x`` plus a shift and
-  scale of ``y`` for regressions;
+  for diagonal, full and tied ones (not a whitening, which hides clusters
+  from the k-means start), a shift and full whitening of ``x`` plus a shift
+  and scale of ``y`` for regressions;
 - the fitted parameters are mapped back by the family
   (:meth:`fedmm.families.Family.to_original`).
 
@@ -25,8 +26,8 @@ The standardization is not robust: an outlier client moves the pooled
 moments. For the spherical model and the pooled regression methods that
 changes only the floating-point path (their other steps are equivariant under
 the maps those standardizations use). For diagonal covariances it changes
-the features' relative scale, hence the metric of the k-means start and the
-size of ``reg_covar``; for the other regression methods the whitened
+the features' relative scale (diagonal, full and tied), hence the metric of
+the k-means start and the size of ``reg_covar``; for the other regression methods the whitened
 features differ by a rotation, which the coordinate-wise medians of the
 alignment do not follow. Either can change a start, not the model.
 """

@@ -4,9 +4,11 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_diabetes, load_digits, load_iris
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, load_iris, load_wine
 from sklearn.decomposition import PCA
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
+from sklearn.mixture import GaussianMixture
 from sklearn.preprocessing import StandardScaler
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
@@ -85,3 +87,24 @@ def test_fedgrem_converges_on_digits_with_twenty_random_clients():
         warnings.simplefilter("error", ConvergenceWarning)
         gm = FederatedGaussianMixture(10, random_state=0).fit(Z, groups=groups)
     assert gm.converged_ and gm.n_iter_ < 300
+
+
+@pytest.mark.parametrize("load, n_components, covariance_type",
+                         [(load_breast_cancer, 2, "full"), (load_breast_cancer, 2, "tied"), (load_iris, 3, "full"),
+                          (load_iris, 3, "tied"), (load_wine, 3, "tied")])
+def test_full_and_tied_pooled_em_reaches_scikit_learns_optimum(load, n_components, covariance_type):
+    """Full and tied covariances start from k-means on standardized features, as scikit-learn's
+    GaussianMixture on standardized data does; when the start ran on features whitened by the pooled
+    covariance, which hides the clusters, pooled EM on the breast cancer data (5 random clients) ended at
+    38.6 nats per sample against scikit-learn's 39.9 and an ARI of 0.02 with the diagnosis. Pooled EM
+    with per-client proportions can only fit better than scikit-learn's shared ones from the same optimum;
+    0.01 nats is ten times EM's stopping tolerance."""
+    X, y = load(return_X_y=True)
+    Z = StandardScaler().fit_transform(X)
+    jacobian = np.log(X.std(axis=0)).sum()
+    sk = GaussianMixture(n_components, covariance_type=covariance_type, n_init=3, random_state=0).fit(Z)
+    groups = np.random.RandomState(0).randint(5, size=len(y))
+    gm = FederatedGaussianMixture(n_components, method="pooled-em", covariance_type=covariance_type, n_init=3,
+                                  random_state=0).fit(X, groups=groups)
+    assert gm.score(X, groups=groups) >= sk.score(Z) - jacobian - 0.01
+    assert adjusted_rand_score(y, gm.predict(X, groups=groups)) >= adjusted_rand_score(y, sk.predict(Z)) - 0.05

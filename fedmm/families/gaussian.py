@@ -8,7 +8,7 @@ from numba import vectorize
 from .. import kmeans
 from ..kernels._numpy import precision_cholesky
 from ..tuning import client_median
-from ..units import Units, scale_or_one, whitening
+from ..units import Units, scale_or_one
 from ._base import _TINY, Family, one_hot
 
 COVARIANCE_TYPES = ("identity", "spherical", "diag", "tied", "full")
@@ -64,16 +64,20 @@ class GaussianFamily(Family):
 
     def units(self, moments):
         """Identity: none (unit variance is the model). Spherical: the pooled mean and one scale, the root
-        of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal: the
-        pooled mean and each feature's pooled standard deviation (shifts and per-feature scaling). Full and
-        tied: the pooled mean and a whitening of the pooled covariance (any invertible affine map)."""
+        of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal, full
+        and tied: the pooled mean and each feature's pooled standard deviation (shifts and per-feature
+        scaling).
+
+        Full and tied covariances are not whitened, although their likelihood would allow any invertible
+        affine map: the k-means start, the one step with a metric of its own, sees clusters in
+        standardized features that a whitening by the pooled covariance hides (every direction, the one
+        that separates the clusters too, gets unit total variance). mclust's default start also works in
+        the data's features, not sphered ones. Measured in ``docs/units.md``.
+        """
         d = len(moments.mean)
         if self.covariance_type == "identity":
             return Units.identity(d)
-        covariance = moments.second - np.outer(moments.mean, moments.mean)
-        if self._matrix:
-            return Units(moments.mean, whitening(covariance))
-        variance = np.diag(covariance)
+        variance = np.diag(moments.second) - moments.mean ** 2
         if self.covariance_type == "spherical":
             variance = np.full(d, variance.mean())
         return Units(moments.mean, np.diag(1.0 / scale_or_one(variance)))
@@ -97,8 +101,8 @@ class GaussianFamily(Family):
 
     def coordinate_variances(self, scale):
         """Per-coordinate variances (K, R, s'): the diagonal or spherical variances themselves, and for full
-        and tied covariances their mean variance ``trace / d`` (invariant under rotations, so FedGrEM's
-        noise units stay equivariant under the whitening of :meth:`units`)."""
+        and tied covariances their mean variance ``trace / d`` (unchanged by the sign flips a per-feature
+        map of the data makes of the standardized coordinates, so FedGrEM's noise units stay equivariant)."""
         if not self._matrix:
             return scale
         d = int(round(np.sqrt(scale.shape[-1])))
