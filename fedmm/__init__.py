@@ -1,10 +1,10 @@
 """fedmm: mixture models estimated from data split across clients that cannot pool raw data."""
 
-from .data import SingularComponentWarning
+from .data import EmptyComponentWarning, SingularComponentWarning
 from .engine import DivergenceError
 from .estimators import ClientMixture, FederatedGaussianMixture, FederatedMixtureRegression
 
 __version__ = "0.1.0"
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "ClientMixture", "DivergenceError",
-           "SingularComponentWarning", "__version__"]
+           "EmptyComponentWarning", "SingularComponentWarning", "__version__"]

@@ -23,7 +23,7 @@ from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
 from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
-from .data import FederatedData, check_component_sizes, check_components
+from .data import FederatedData, check_component_sizes, check_components, check_empty_components
 from .clients import LocalClients, fit_weights
 from .engine import Participation, Progress, fit_restarts
 from .families import GaussianFamily, MixtureParams, RegressionFamily
@@ -234,6 +234,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.singular_components_ = check_component_sizes(
             clients.n_samples[:, None] * params.weights, client_ids, family.min_component_size(params.theta.shape[-1]),
             per_client=strategy.per_client, stacklevel=5)
+        self.empty_components_ = check_empty_components(clients.n_samples[:, None] * params.weights, stacklevel=5)
         if not self.converged_:
             warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
                           f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
@@ -707,6 +708,9 @@ _SHARED_ATTRS_DOC = """
         diagonal variance, ``d + 1`` for a full covariance, the coefficients and one more for a
         regression): of their client for per-client methods (local EM, local gradient EM), over all
         clients for the others. The fit warns about them (``docs/units.md``).
+    empty_components_ : ndarray of shape (n_components,), bool
+        Components with less than half a sample over all clients: the fit is a mixture of fewer
+        components, and warns (``EmptyComponentWarning``; ``docs/units.md``).
     log_likelihood_ : ndarray of shape (n_clients,)
         Mean log-likelihood per sample of every client at the fitted parameters.
     lower_bound_ : float
