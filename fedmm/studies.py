@@ -51,7 +51,7 @@ def _one_fit(model, method, setting, seed, fit_options):
     with warnings.catch_warnings():
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        # So are singular components (the row's singular_components).
+        # So are singular and empty components (the row's singular_components, empty_components).
         warnings.simplefilter("ignore", SingularComponentWarning)
         if model == "gmm":
             X, truth = make_federated_gmm(h=h, random_state=seed, **design)
@@ -78,6 +78,7 @@ def _one_fit(model, method, setting, seed, fit_options):
             "weight_error_mean": float(w_err[keep].mean()), "misclustering": float(np.mean(mis)),
             "ari": float(np.mean(ari)), "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
             "singular_components": int(est.singular_components_[keep].sum()),
+            "empty_components": int(est.empty_components_.sum()),
             "messages": int(est.history_["messages"].sum()), "floats": int(est.history_["floats"].sum())}
 
 

@@ -100,3 +100,4 @@ def test_study_rows_count_singular_components_instead_of_warning():
         rows = run_study("mor", ("local-em", "fedgrem"), settings, reps=1, fit_options={"max_iter": 30})
     singular = {r["method"]: r["singular_components"] for r in rows}
     assert singular["local-em"] > 0 and singular["fedgrem"] == 0
+    assert all(r["empty_components"] == 0 for r in rows)
