@@ -233,7 +233,7 @@ def check_empty_components(N, stacklevel=4):
     EM never revives a component whose proportions have gone to zero everywhere (its responsibilities
     are proportional to them), so such a fit is a mixture of fewer components, usually from a poor
     start: on the diabetes data with 5 random clients, FedEM's common start ended with one line and
-    two empty components in 3 of 5 seeds at ``n_components=3``. flexmix drops such components
+    two empty components in 4 of 5 seeds at ``n_components=3``. flexmix drops such components
     (``minprior``) and says so; scikit-learn keeps them silently; fedmm keeps them (the shapes follow
     ``n_components``) and warns.
     """
