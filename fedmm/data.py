@@ -222,6 +222,10 @@ class SingularComponentWarning(UserWarning):
     """A fitted component holds fewer samples than its own variance needs (:func:`singular_components`)."""
 
 
+#: A component with fewer samples than this (its ``N_kr``, or the total over clients) is empty, not singular.
+EMPTY_SIZE = 0.5
+
+
 class EmptyComponentWarning(SingularComponentWarning):
     """A fitted component is empty on every client: the model has fewer components than asked
     (:func:`check_empty_components`)."""
@@ -238,7 +242,7 @@ def check_empty_components(N, stacklevel=4):
     ``n_components``) and warns.
     """
     total = np.asarray(N, dtype=float).sum(axis=0)
-    empty = total < 0.5
+    empty = total < EMPTY_SIZE
     if empty.any():
         warnings.warn(f"Component(s) {', '.join(map(str, np.flatnonzero(empty)))} are empty on every client (less "
                       f"than half a sample in all): the fit is a mixture of {int((~empty).sum())} of the "
@@ -263,7 +267,7 @@ def singular_components(N, minimum, *, per_client=True):
     N = np.asarray(N, dtype=float)
     if not per_client:
         N = np.broadcast_to(N.sum(axis=0), N.shape)
-    return (N >= 0.5) & (N < minimum)
+    return (N >= EMPTY_SIZE) & (N < minimum)
 
 
 def check_component_sizes(N, client_ids, minimum, *, per_client, stacklevel=4):
