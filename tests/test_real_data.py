@@ -114,3 +114,20 @@ def test_full_and_tied_pooled_em_reaches_scikit_learns_optimum(load, n_component
                                   random_state=0).fit(X, groups=groups)
     assert gm.score(X, groups=groups) >= sk.score(Z) - jacobian - 0.01
     assert adjusted_rand_score(y, gm.predict(X, groups=groups)) >= adjusted_rand_score(y, sk.predict(Z)) - 0.05
+
+
+@pytest.mark.parametrize("method", ["pooled-em", "fedgrem"])
+def test_full_covariances_on_breast_cancer_follow_a_change_of_units(method):
+    """Each feature times its own factor in 0.1 to 10, plus a shift: the same labels and the means mapped
+    back. The whitened units of before carried the rounding of a near-singular Cholesky factor (radius,
+    perimeter, area) into the start and changed the labels (means off by 56% for pooled EM)."""
+    X, _ = load_breast_cancer(return_X_y=True)
+    groups = np.random.RandomState(0).randint(5, size=len(X))
+    a = 10.0 ** np.random.RandomState(1).uniform(-1, 1, X.shape[1])
+    fit = lambda data: FederatedGaussianMixture(2, method=method, covariance_type="full", n_init=3,  # noqa: E731
+                                                random_state=0).fit(data, groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref, new = fit(X), fit(X * a + 10.0)
+    np.testing.assert_array_equal(new.predict(X * a + 10.0, groups=groups), ref.predict(X, groups=groups))
+    np.testing.assert_allclose(new.means_, ref.means_ * a + 10.0, rtol=1e-9)
