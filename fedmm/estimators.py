@@ -5,9 +5,10 @@ layout and the internal one; the estimation itself is the chosen
 :mod:`fedmm.algorithms` strategy over a :mod:`fedmm.families` family.
 """
 
+import copy
+import inspect
 import warnings
 from abc import ABC, abstractmethod
-import inspect
 from numbers import Integral, Real
 
 import numpy as np
@@ -31,11 +32,11 @@ from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
 from .initialization import INITS, align_params, make_starts
 from .kernels import BACKENDS, resolve_backend
-from .tuning import PENALTY_GRID, TRIM, client_median, select_penalty
+from .tuning import PENALTY_CANDIDATES, TRIM, client_median, select_penalty
 from .units import pooled_moments
 
-#: Fraction of every client's samples held out when FedGrEM's penalty is tuned (penalty="auto").
-HOLDOUT = 0.2
+#: Folds of every client's samples when FedGrEM's penalty is tuned (penalty="auto"): each holds out 20%.
+N_FOLDS = 5
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
 _SHARED_CONSTRAINTS = {
@@ -185,7 +186,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         options = self._strategy_options(rng)
         auto = options.get("penalty") == "auto"
         if auto:
-            options["penalty"] = "paper"
+            options["penalty"] = PENALTY_CANDIDATES[0]
         strategy = make_strategy(self.method, **options)
         check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = n_features
@@ -196,20 +197,22 @@ class _FederatedMixture(BaseEstimator, ABC):
         jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         self.penalty_selection_ = None
         if auto:
-            train_starts = []
+            # The folds draw from a copy of the random state, so that the final fit is the chosen penalty's
+            # fit with the same random_state.
+            cv_rng = copy.deepcopy(rng)
 
-            def fit_with(train, C):
-                candidate = make_strategy(self.method, **{**options, "penalty_params": {
-                    **(self.penalty_params or {}), "C": C}})
-                if not train_starts:  # one set of starts for every C: the comparison is paired
-                    train_starts.extend(self._starts(family, train, candidate, rng, user))
-                return self._estimate(family, train, candidate, rng, user, train_starts)[0].params
+            def fit_each(train, candidates):
+                """Every candidate penalty from the same starts: the comparison is paired."""
+                fits = [make_strategy(self.method, **{**options, "penalty": penalty}) for penalty in candidates]
+                starts = self._starts(family, train, fits[0], cv_rng, user)
+                return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in fits]
             rows = getattr(clients, "data", None)
             if rows is None:
                 raise ValueError("penalty='auto' splits every client's rows into training and held-out parts in "
-                                 "this process; across separate parties give a penalty (e.g. 'paper').")
-            best, self.penalty_selection_ = select_penalty(fit_with, family, rows, PENALTY_GRID, HOLDOUT, TRIM, rng)
-            options["penalty_params"] = {**(self.penalty_params or {}), "C": best}
+                                 "this process; across separate parties give a penalty (e.g. the default "
+                                 "'sure-floored').")
+            options["penalty"], self.penalty_selection_ = select_penalty(fit_each, family, rows, PENALTY_CANDIDATES,
+                                                                         N_FOLDS, TRIM, cv_rng)
             strategy = make_strategy(self.method, **options)
 
         progress = Progress(self.verbose, self.verbose_interval, jacobian)
@@ -609,12 +612,12 @@ _SHARED_PARAMS_DOC = """
         "paper", App. B.1's schedule (the paper's FedGrEM, the default of
         studies on the paper's design); "sure", chosen every round by Stein's
         unbiased estimate of the central update's squared error, trimmed over
-        clients (:func:`fedmm.tuning.sure_penalty`); "auto", App. B.1's
-        schedule with its constant ``C`` chosen from
-        :data:`fedmm.tuning.PENALTY_GRID` by federated held-out likelihood
-        trimmed over clients (:mod:`fedmm.tuning`; seven fits); "theory",
-        Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a
-        function of the round ``t``.
+        clients (:func:`fedmm.tuning.sure_penalty`); "auto", "sure-floored"
+        or full pooling (``inf``), whichever predicts the clients' held-out
+        samples better by more than one standard error, trimmed over clients
+        (:mod:`fedmm.tuning`; 5-fold cross-validation, eleven fits; needs the
+        clients' rows in this process); "theory", Assumption A.7's recursion;
+        a constant (``inf``: gradient FedEM) or a function of the round ``t``.
     penalty_params : dict, optional
         Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
         (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
@@ -752,7 +755,7 @@ _SHARED_ATTRS_DOC = """
     collaboration_graph_ : ndarray of shape (n_clients, n_clients), bool
         Dynamic graph only: which clients pulled each other in the last round.
     penalty_selection_ : dict or None
-        ``penalty="auto"`` only: the grid of constants ``"C"``, their trimmed
+        ``penalty="auto"`` only: the penalty ``"chosen"``, the candidates ``"penalty"``, their trimmed
         held-out log-likelihoods ``"score"`` and every client's
         ``"client_scores"`` (:func:`fedmm.tuning.select_penalty`).
 """

@@ -40,9 +40,9 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .data import FederatedData, SingularComponentWarning
-from .tuning import TRIM, one_standard_error, trimmed_mean
+from .tuning import TRIM, client_folds, one_standard_error, trimmed_mean
 
-__all__ = ["CRITERIA", "Selection", "select_n_components", "client_folds"]
+__all__ = ["CRITERIA", "Selection", "select_n_components"]
 
 CRITERIA = ("bic", "icl", "cv")
 
@@ -89,12 +89,6 @@ class Selection(NamedTuple):
         ax.set_ylabel({"cv": "- trimmed held-out log-lik. per sample"}.get(self.criterion, self.criterion.upper()))
         ax.legend()
         return ax
-
-
-def client_folds(n_samples, n_folds, random_state):
-    """A fold index for every sample of every client: ``list`` of (n_k,) arrays, folds as even as possible
-    within each client, assigned at random."""
-    return [random_state.permutation(np.arange(n) % n_folds) for n in n_samples]
 
 
 def select_n_components(estimator, X, y=None, groups=None, n_components=range(1, 10), criterion="bic",

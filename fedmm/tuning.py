@@ -1,24 +1,27 @@
-"""Tuning from the data: FedGrEM's penalty, by Stein's unbiased risk estimate or by held-out likelihood.
+"""Tuning from the data: FedGrEM's penalty, by Stein's unbiased risk estimate or by cross-validation.
 
-FedGrEM's accuracy depends on the constant ``C`` of its penalty schedule
-(App. B.1: ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``) in opposite
-directions at small and large ``h``: a large ``C`` pools clients that are
-alike (good at ``h = 0``), a small one lets different clients keep their own
-estimates (good at large ``h``). The paper's ``C = 2`` is calibrated for its
-design (``R = 5``, ``n_k = 150``); with more components per client, each
-component's local estimate is noisier than its threshold and nothing pools.
+How much FedGrEM pools is set by its penalty ``lambda_t``; the paper's
+schedule (App. B.1: ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``,
+``C = 2``) is calibrated for its design (``R = 5``, ``n_k = 150``). fedmm's
+default, ``"sure-floored"``, chooses it every round by SURE (below), never
+below the schedule.
 
-``penalty="auto"`` chooses ``C`` the way a statistician would, without
-pooling any data: every client holds out a random ``holdout`` fraction of its
-samples; FedGrEM is fitted on the rest for each ``C`` of a small grid; each
-client reports its mean held-out log-likelihood per sample (one number); the
-server takes the trimmed mean over clients, leaving out the ``trim`` fraction
-with the lowest values so that outlier clients do not decide, and keeps the
-best ``C`` by the one-standard-error rule: the smallest ``C`` whose held-out
-likelihood is within one standard error (paired over clients) of the best, so
-that pooling has to earn its bias. Every ``C`` is fitted from the same starts,
-which makes the comparison paired in the starts too. The final fit uses all
-data with the chosen ``C``.
+``penalty="auto"`` asks one more question of the data, without pooling any:
+should every client be on the consensus? Every client deals its samples at
+random into ``n_folds`` folds; each fold is held out in turn while FedGrEM is
+fitted on the rest with each candidate of :data:`PENALTY_CANDIDATES`, the
+default ``"sure-floored"`` and full pooling (``inf``: shared components,
+per-client proportions), from the same starts; each client reports its mean
+held-out log-likelihood per sample over the folds (one number per
+candidate); the server takes the trimmed mean over clients, leaving out the
+``trim`` fraction with the lowest values so that outlier clients do not
+decide, and keeps full pooling only when it beats the default by more than
+one standard error, paired over clients (the one-standard-error rule, on the
+side of less pooling). The final fit uses all data with the chosen penalty.
+SURE sizes the penalty from the spread of the clients' estimates, which a
+model's misfit widens (a diagonal Gaussian's local fit of a class depends on
+which other classes the client holds); held-out likelihood sees whether that
+spread predicts anything.
 
 ``penalty="sure"`` chooses ``lambda`` itself in every round, from what the
 server already holds: the central update is a group soft-threshold of each
@@ -32,11 +35,11 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_GRID", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
-           "holdout_split", "trimmed_mean", "select_penalty", "one_standard_error"]
+__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
+           "client_folds", "fold_splits", "trimmed_mean", "select_penalty", "one_standard_error"]
 
-#: Candidate constants ``C`` of the "paper" schedule (the paper's own is 2).
-PENALTY_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: Candidates of ``penalty="auto"``, from less pooling to more: FedGrEM's default and full pooling.
+PENALTY_CANDIDATES = ("sure-floored", np.inf)
 #: Candidate ``lambda`` of ``penalty="sure"``: 10 per decade, from pooling almost nothing to almost everything
 #: (thresholds of 0.01 to 100 noise standard deviations per square root of a client's size).
 SURE_GRID = np.geomspace(1e-2, 1e2, 41)
@@ -82,19 +85,27 @@ def kept_clients(values, trim):
     return np.argsort(values, kind="stable")[int(np.floor(trim * len(values))):]
 
 
-def holdout_split(data, fraction, random_state):
-    """Every client's samples split at random: ``(train, test)``, each a :class:`FederatedData`.
+def client_folds(n_samples, n_folds, random_state):
+    """A fold index for every sample of every client: ``list`` of (n_k,) arrays, folds as even as possible
+    within each client, assigned at random."""
+    return [random_state.permutation(np.arange(n) % n_folds) for n in n_samples]
 
-    A client keeps at least one sample on each side when it has two or more.
+
+def fold_splits(data, n_folds, random_state):
+    """Every client's samples dealt at random into ``n_folds`` folds (:func:`client_folds`):
+    ``[(train, test), ...]``, one pair of :class:`FederatedData` per fold, ``test`` the fold and ``train``
+    the rest.
+
+    Every sample of a client with two or more is held out exactly once; a client with one sample keeps
+    it for training in every fold, so that no client is left without training data.
     """
-    train, test = [], []
-    for k in range(data.n_clients):
-        n = data.n_samples[k]
-        order = data.offsets[k] + random_state.permutation(n)
-        cut = n - min(max(int(round(fraction * n)), 1), n - 1) if n > 1 else n
-        train.append(order[:cut])
-        test.append(order[cut:])
-    return data.select(train), data.select(test)
+    folds = np.concatenate([f if len(f) > 1 else np.full(len(f), -1)
+                            for f in client_folds(data.n_samples, n_folds, random_state)])
+    client = np.repeat(np.arange(data.n_clients), data.n_samples)
+
+    def rows(mask):
+        return data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=data.n_clients))
+    return [(rows(folds != v), rows(folds == v)) for v in range(n_folds)]
 
 
 def trimmed_mean(values, trim):
@@ -102,47 +113,55 @@ def trimmed_mean(values, trim):
     return float(np.asarray(values, dtype=float)[kept_clients(values, trim)].mean())
 
 
-def select_penalty(fit, family, data, grid, holdout, trim, random_state):
-    """The constant of ``grid`` chosen by trimmed held-out log-likelihood and the one-standard-error rule.
+def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
+    """The penalty of ``candidates`` chosen by trimmed cross-validated log-likelihood and the
+    one-standard-error rule.
 
     Parameters
     ----------
     fit : callable
-        ``fit(train_data, C) -> MixtureParams``: FedGrEM with the "paper" schedule and constant ``C``.
+        ``fit(train_data, candidates) -> [MixtureParams, ...]``: FedGrEM with each penalty, from the
+        same starts.
     family : Family
     data : FederatedData
         All clients' data (standard units, design applied).
-    grid : sequence of float
-    holdout, trim : float
-        The fraction of each client's samples held out, and of clients left out of the mean.
+    candidates : sequence
+        Penalties, from less pooling to more (:data:`PENALTY_CANDIDATES`).
+    n_folds : int
+        Every client's samples are dealt into this many folds (:func:`fold_splits`); each fold is held
+        out once while the candidates are fitted on the rest.
+    trim : float
+        The fraction of clients left out of the mean.
     random_state : RandomState
 
     Returns
     -------
-    best : float
-        The constant chosen by :func:`one_standard_error`.
+    best : str or float
+        The candidate chosen by :func:`one_standard_error`.
     table : dict
-        ``"C"``: the grid; ``"score"``: trimmed mean held-out log-likelihood
-        per sample for each; ``"client_scores"``: (len(grid), K).
+        ``"chosen"``: ``best``; ``"penalty"``: the candidates; ``"score"``: trimmed mean over clients of the held-out
+        log-likelihood per sample for each; ``"client_scores"``: (len(candidates), K'), every client's
+        mean over its held-out samples (the K' clients with two samples or more).
     """
-    train, test = holdout_split(data, holdout, random_state)
-    has_test = test.n_samples > 0
-    client_scores = []
-    for C in grid:
-        log_norm, _ = family.log_resp(test, fit(train, C))
-        per_client = np.add.reduceat(log_norm, test.offsets[:-1][has_test]) / test.n_samples[has_test]
-        client_scores.append(per_client)
-    client_scores = np.array(client_scores)
+    total = np.zeros((len(candidates), data.n_clients))
+    for train, test in fold_splits(data, n_folds, random_state):
+        has_test = test.n_samples > 0
+        for c, params in enumerate(fit(train, candidates)):
+            log_norm, _ = family.log_resp(test, params)
+            total[c, has_test] += np.add.reduceat(log_norm, test.offsets[:-1][has_test])
+    held_out = data.n_samples > 1
+    client_scores = total[:, held_out] / data.n_samples[held_out]
     scores = np.array([trimmed_mean(s, trim) for s in client_scores])
-    return float(grid[one_standard_error(client_scores, trim)]), {"C": np.asarray(grid, dtype=float),
-                                                                   "score": scores, "client_scores": client_scores}
+    best = candidates[one_standard_error(client_scores, trim)]
+    return best, {"penalty": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}
 
 
 def one_standard_error(client_scores, trim):
-    """Index of the smallest constant not significantly worse than the best (the one-standard-error rule).
+    """Index of the first candidate not significantly worse than the best (the one-standard-error rule).
 
-    Differences to the best constant are paired by client, over the clients
-    the best one's trimmed mean keeps; a constant is within one standard
+    Candidates are ordered from less pooling to more. Differences to the best
+    are paired by client, over the clients the best one's trimmed mean keeps;
+    a candidate is within one standard
     error when its mean difference is at least ``-sd / sqrt(n)``. The rule
     leans towards less pooling, the robust side: pooling must earn its bias
     by a held-out gain larger than the noise of the comparison.

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
-from fedmm.selection import client_folds, select_n_components
+from fedmm.selection import select_n_components
 from fedmm.simulate import make_federated_gmm, make_federated_mor
+from fedmm.tuning import client_folds
 
 CENTERS = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
 

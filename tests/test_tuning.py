@@ -1,4 +1,4 @@
-"""FedGrEM's penalty chosen by federated held-out likelihood (penalty="auto")."""
+"""FedGrEM's penalty chosen from the data: by cross-validated likelihood (penalty="auto") and by SURE."""
 
 import warnings
 
@@ -11,23 +11,56 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import (PENALTY_GRID, SURE_GRID, client_median, first_best, holdout_split, sure_grid_risk,
-                          sure_penalty, sure_risk, trimmed_mean)
+from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, client_median, first_best, fold_splits,
+                          select_penalty, sure_grid_risk, sure_penalty, sure_risk, trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
 
 @settings(max_examples=25, deadline=None)
-@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6), fraction=st.floats(0.05, 0.5),
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6), n_folds=st.integers(2, 6),
        seed=st.integers(0, 1000))
-def test_holdout_split_partitions_every_clients_samples(sizes, fraction, seed):
+def test_fold_splits_hold_out_every_sample_once(sizes, n_folds, seed):
     X = [np.arange(n, dtype=float)[:, None] + 1000 * k for k, n in enumerate(sizes)]
-    train, test = holdout_split(FederatedData.from_input(X), fraction, np.random.RandomState(seed))
+    folds = fold_splits(FederatedData.from_input(X), n_folds, np.random.RandomState(seed))
+    assert len(folds) == n_folds
     for k, n in enumerate(sizes):
-        rows = np.concatenate([train.client(k)[0][:, 0], test.client(k)[0][:, 0]])
-        np.testing.assert_array_equal(np.sort(rows), X[k][:, 0])
-        if n > 1:
-            assert train.n_samples[k] >= 1 and test.n_samples[k] >= 1
+        held = np.concatenate([test.client(k)[0][:, 0] for _, test in folds])
+        np.testing.assert_array_equal(np.sort(held), X[k][:, 0] if n > 1 else [])
+        for train, test in folds:
+            rows = np.concatenate([train.client(k)[0][:, 0], test.client(k)[0][:, 0]])
+            np.testing.assert_array_equal(np.sort(rows), X[k][:, 0])
+            assert train.n_samples[k] >= 1
+
+
+class _Scores:
+    """A family whose held-out log-likelihood of a sample is the candidate's table entry for its client."""
+
+    def log_resp(self, test, table):
+        client = np.repeat(np.arange(test.n_clients), test.n_samples)
+        return table[client], None
+
+
+def _choose(per_client, n=10):
+    """``select_penalty`` on clients of ``n`` samples whose candidates score ``per_client`` (C, K)."""
+    data = FederatedData.from_input([np.zeros((n, 1))] * per_client.shape[1])
+    return select_penalty(lambda train, candidates: list(per_client), _Scores(), data, ("less", "more"), 5,
+                          TRIM, np.random.RandomState(0))
+
+
+def test_select_penalty_pools_more_only_when_it_predicts_better_beyond_noise():
+    gain = np.array([0.5, 0.6, 0.4, 0.5, 0.55, 0.45, 0.5, 0.5, 0.6, 0.4])
+    base = np.zeros(10)
+    chosen, table = _choose(np.array([base, base + gain]))
+    assert chosen == "more" and table["chosen"] == "more"
+    np.testing.assert_allclose(table["client_scores"][1] - table["client_scores"][0], gain)
+    noisy = gain * np.array([1, -1] * 5) + 0.01       # better on average, by far less than its noise
+    assert _choose(np.array([base, base + noisy]))[0] == "less"
+    outlier = gain.copy()
+    outlier[[3, 7]] = -50.0                            # two clients (TRIM of 10) that pooling ruins
+    assert _choose(np.array([base, base + outlier]))[0] == "more"
+    outlier[1] = -50.0                                 # a third is not left out
+    assert _choose(np.array([base, base + outlier]))[0] == "less"
 
 
 def test_trimmed_mean_leaves_out_the_lowest():
@@ -35,23 +68,20 @@ def test_trimmed_mean_leaves_out_the_lowest():
     assert trimmed_mean([1.0, 2.0], 0.2) == 1.5
 
 
-def test_auto_penalty_pools_alike_clients_more_than_different_ones():
-    """Held-out likelihood chooses a larger C (more pooling) when clients share their components
-    (h = 0) than when each client's components sit 4 units (4 noise sds) from the centre. Very
-    large C also pools the outlier client and loses held-out likelihood on every honest client,
-    so the choice stays finite."""
-    chosen = {}
-    for h in (0.0, 4.0):
-        X, _ = make_federated_gmm(6, 150, centers=CENTERS, h=h, outlier_clients=[5], random_state=3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            gm = FederatedGaussianMixture(3, method="fedgrem", penalty="auto", random_state=0).fit(X)
-        table = gm.penalty_selection_
-        np.testing.assert_array_equal(table["C"], PENALTY_GRID)
-        assert table["client_scores"].shape == (len(PENALTY_GRID), 6)
-        chosen[h] = table["C"][np.argmax(table["score"])]
-        assert chosen[h] < PENALTY_GRID[-1]
-    assert chosen[0.0] > chosen[4.0]
+def test_auto_penalty_keeps_different_clients_apart():
+    """Clients whose components sit 4 noise sds from the centre, and an outlier client: pooling everything
+    predicts every honest client's held-out samples worse, so ``penalty="auto"`` keeps the default, and
+    its fit is the default's (the folds draw from a copy of the random state)."""
+    X, _ = make_federated_gmm(6, 150, centers=CENTERS, h=4.0, outlier_clients=[5], random_state=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gm = FederatedGaussianMixture(3, method="fedgrem", penalty="auto", random_state=0).fit(X)
+        chosen = FederatedGaussianMixture(3, method="fedgrem", penalty="sure-floored", random_state=0).fit(X)
+    table = gm.penalty_selection_
+    assert table["penalty"] == list(PENALTY_CANDIDATES) and table["chosen"] == "sure-floored"
+    assert table["client_scores"].shape == (2, 6)
+    assert (table["client_scores"][1, :5] < table["client_scores"][0, :5] - 0.1).all()
+    np.testing.assert_array_equal(gm.means_, chosen.means_)   # the chosen penalty's fit, same random_state
 
 
 def test_first_best_keeps_the_earlier_of_ties_up_to_rounding():

@@ -1,18 +1,18 @@
-"""Should FedGrEM pool everything? A federated held-out choice between its defaults and full pooling.
+"""Should FedGrEM pool everything? ``penalty="auto"``, a federated cross-validated choice between its
+defaults and full pooling, against both.
 
 On label-skewed digits (``realdata.py``) FedGrEM's defaults trail pooled EM, while FedGrEM with
 ``penalty=inf`` (every client on the consensus, proportions per client) beats it: SURE
 (``penalty="sure-floored"``) sees genuine per-client differences of the diagonal model's local
-fits and keeps them, though they cost held-out likelihood. This study measures a candidate
-rule, not yet fedmm's: every client holds out 20% of its training samples, both settings are
-fitted on the rest, each client reports its mean held-out log-likelihood per sample, and full
-pooling is chosen only when its trimmed mean over clients (``fedmm.tuning.TRIM``) beats the
-defaults' by more than one standard error (``fedmm.tuning.one_standard_error``, the side of less
-pooling); the plain argmax is printed too. Cases: digits (IID and Dirichlet(0.5) clients, 20% of
-clients contaminated; misclustering on the honest clients' test sets, as ``realdata.py``), and
-the paper's GMM and MoR designs with one outlier client (maximum error over honest clients, as
-``paper_designs.py``). The measured table, and why the rule is not fedmm's default (one MoR fit of
-20 at ``h = 2`` pools and fails), are in ``docs/realdata.md``.
+fits and keeps them, though they cost held-out likelihood. ``penalty="auto"``
+(:mod:`fedmm.tuning`) deals every client's samples into 5 folds, fits both settings on each
+fold's rest, and keeps full pooling only when its held-out log-likelihood per sample, trimmed
+over clients (``fedmm.tuning.TRIM``), beats the defaults' by more than one standard error
+(``fedmm.tuning.one_standard_error``, the side of less pooling). Cases: digits (IID and
+Dirichlet(0.5) clients, 20% of clients contaminated; misclustering on the honest clients' test
+sets, as ``realdata.py``), and the paper's GMM and MoR designs with one outlier client (maximum
+error over honest clients, as ``paper_designs.py``). The measured table is in
+``docs/units.md``.
 
     python validation/pooling_choice.py [--quick] [--reps N]
 """
@@ -27,19 +27,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))  # the digits' data and protocol are realdata.py's
 import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
-from fedmm.data import FederatedData  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
-from fedmm.tuning import TRIM, holdout_split, one_standard_error, trimmed_mean  # noqa: E402
 
-SETTINGS = {"defaults": {}, "full pooling": dict(penalty=np.inf)}
-
-
-def holdout_parts(parts, rng):
-    """Every client's arrays (features, and responses) split 80/20 at random, as ``penalty="auto"`` splits
-    them (:func:`fedmm.tuning.holdout_split`): ``(train, held_out)``, each a list of parts."""
-    data = FederatedData.from_input(*parts)
-    return [[d.split(a) for a in (d.X, d.y) if a is not None] for d in holdout_split(data, 0.2, rng)]
+SETTINGS = {"defaults": {}, "full pooling": dict(penalty=np.inf), "auto": dict(penalty="auto")}
 
 
 def digits_case(alpha, eps):
@@ -81,14 +72,10 @@ def design_case(model, h):
 
 
 def replicate(case, seed):
-    """Errors of both settings, and which one the held-out rule picks (plain argmax, one standard error)."""
+    """Errors of the three settings, and whether ``penalty="auto"`` chose full pooling."""
     parts, make, error = case(seed)
-    errors = {name: error(make(options).fit(*parts)) for name, options in SETTINGS.items()}
-    train, held = holdout_parts(parts, np.random.RandomState(1000 + seed))
-    scores = np.array([[s.mean() for s in make(options).fit(*train).score_samples(*held)]
-                       for options in SETTINGS.values()])       # (settings, clients): defaults first
-    plain = int(trimmed_mean(scores[1], TRIM) > trimmed_mean(scores[0], TRIM))
-    return errors, plain, one_standard_error(scores, TRIM)
+    fits = {name: make(options).fit(*parts) for name, options in SETTINGS.items()}
+    return {name: error(est) for name, est in fits.items()}, fits["auto"].penalty_selection_["chosen"] == np.inf
 
 
 def cases(quick):
@@ -109,16 +96,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     reps = 2 if args.quick else args.reps
     warnings.simplefilter("ignore")
-    print("| case | defaults | full pooling | held-out, 1 SE | pooled (of reps) | held-out, argmax | pooled |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"Mean error over {reps} replications\n")
+    print("| case | defaults | full pooling | penalty='auto' | auto pooled (of reps) |\n|---|---|---|---|---|")
     for name, case in cases(args.quick):
         rows = [replicate(case, seed) for seed in range(reps)]
-        err = np.array([[e["defaults"], e["full pooling"]] for e, _, _ in rows])
-        plain = np.array([p for _, p, _ in rows])
-        se = np.array([s for _, _, s in rows])
-        pick = np.arange(reps)
-        print(f"| {name} | {err[:, 0].mean():.4f} | {err[:, 1].mean():.4f} | {err[pick, se].mean():.4f} | "
-              f"{se.sum()} | {err[pick, plain].mean():.4f} | {plain.sum()} |", flush=True)
+        mean = {s: np.mean([e[s] for e, _ in rows]) for s in SETTINGS}
+        print(f"| {name} | {mean['defaults']:.4f} | {mean['full pooling']:.4f} | {mean['auto']:.4f} | "
+              f"{sum(p for _, p in rows)} |", flush=True)
     return 0
 
 
