@@ -260,3 +260,11 @@ def test_a_client_reads_its_rows_from_the_file_its_config_names(tmp_path):
     np.testing.assert_allclose(got_y, y, rtol=1e-12)
     with pytest.raises(ValueError, match="has no data"):
         load_from_config(SimpleNamespace(node_config={}, run_config={}))
+
+
+def test_auto_penalty_on_flower_says_to_give_a_penalty():
+    """penalty="auto" deals every client's rows into folds in one process; across separate parties the fit
+    stops before any round and names what to do instead."""
+    X, _, _ = _gmm()
+    with pytest.raises(ValueError, match="across separate parties give a penalty"):
+        fit(_estimator(None, "fedgrem", penalty="auto"), LocalGrid(_apps(X)))
