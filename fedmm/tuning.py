@@ -35,8 +35,9 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients", "first_best", "client_median",
-           "client_folds", "fold_splits", "trimmed_mean", "select_penalty", "one_standard_error"]
+__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients",
+           "first_best", "client_median", "client_folds", "fold_splits", "trimmed_mean", "select_penalty",
+           "one_standard_error"]
 
 #: Candidates of ``penalty="auto"``, from less pooling to more: FedGrEM's default and full pooling.
 PENALTY_CANDIDATES = ("sure-floored", np.inf)
@@ -139,13 +140,15 @@ def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
     best : str or float
         The candidate chosen by :func:`one_standard_error`.
     table : dict
-        ``"chosen"``: ``best``; ``"penalty"``: the candidates; ``"score"``: trimmed mean over clients of the held-out
-        log-likelihood per sample for each; ``"client_scores"``: (len(candidates), K'), every client's
-        mean over its held-out samples (the K' clients with two samples or more).
+        ``"chosen"``: ``best``; ``"penalty"``: the candidates; ``"score"``: trimmed mean over clients
+        of the held-out log-likelihood per sample for each; ``"client_scores"``: (len(candidates), K'),
+        every client's mean over its held-out samples (the K' clients with two samples or more).
     """
     total = np.zeros((len(candidates), data.n_clients))
     for train, test in fold_splits(data, n_folds, random_state):
         has_test = test.n_samples > 0
+        if not has_test.any():  # more folds than any client has samples
+            continue
         for c, params in enumerate(fit(train, candidates)):
             log_norm, _ = family.log_resp(test, params)
             total[c, has_test] += np.add.reduceat(log_norm, test.offsets[:-1][has_test])
@@ -161,8 +164,8 @@ def one_standard_error(client_scores, trim):
 
     Candidates are ordered from less pooling to more. Differences to the best
     are paired by client, over the clients the best one's trimmed mean keeps;
-    a candidate is within one standard
-    error when its mean difference is at least ``-sd / sqrt(n)``. The rule
+    a candidate is within one standard error when its mean difference is at
+    least ``-sd / sqrt(n)``. The rule
     leans towards less pooling, the robust side: pooling must earn its bias
     by a held-out gain larger than the noise of the comparison.
     """

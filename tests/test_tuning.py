@@ -54,6 +54,7 @@ def test_select_penalty_pools_more_only_when_it_predicts_better_beyond_noise():
     chosen, table = _choose(np.array([base, base + gain]))
     assert chosen == "more" and table["chosen"] == "more"
     np.testing.assert_allclose(table["client_scores"][1] - table["client_scores"][0], gain)
+    assert _choose(np.array([base, base + gain]), n=2)[0] == "more"   # three of the five folds hold nothing out
     noisy = gain * np.array([1, -1] * 5) + 0.01       # better on average, by far less than its noise
     assert _choose(np.array([base, base + noisy]))[0] == "less"
     outlier = gain.copy()
