@@ -132,7 +132,7 @@ def main(argv=None):
     p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
     p_sim.add_argument("--penalty", choices=("paper", "sure", "sure-floored", "auto"), default="paper",
                        help="FedGrEM's penalty: the paper's schedule (default), chosen every round by SURE, SURE's "
-                            "choice never below the schedule, or that or full pooling by cross-validation (docs/units.md)")
+                            "choice never below the schedule, or more pooling chosen by cross-validation (docs/units.md)")
     p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores or cluster workers)")
     p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
                        help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "

@@ -186,7 +186,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         options = self._strategy_options(rng)
         auto = options.get("penalty") == "auto"
         if auto:
-            options["penalty"] = PENALTY_CANDIDATES[0]
+            options.update(PENALTY_CANDIDATES[0])
         strategy = make_strategy(self.method, **options)
         check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = n_features
@@ -197,13 +197,13 @@ class _FederatedMixture(BaseEstimator, ABC):
         jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         self.penalty_selection_ = None
         if auto:
-            # The folds draw from a copy of the random state, so that the final fit is the chosen penalty's
+            # The folds draw from a copy of the random state, so that the final fit is the chosen candidate's
             # fit with the same random_state.
             cv_rng = copy.deepcopy(rng)
 
             def fit_each(train, candidates):
-                """Every candidate penalty from the same starts: the comparison is paired."""
-                fits = [make_strategy(self.method, **{**options, "penalty": penalty}) for penalty in candidates]
+                """Every candidate from the same starts: the comparison is paired."""
+                fits = [make_strategy(self.method, **{**options, **candidate}) for candidate in candidates]
                 starts = self._starts(family, train, fits[0], cv_rng, user)
                 return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in fits]
             rows = getattr(clients, "data", None)
@@ -211,8 +211,9 @@ class _FederatedMixture(BaseEstimator, ABC):
                 raise ValueError("penalty='auto' splits every client's rows into training and held-out parts in "
                                  "this process; across separate parties give a penalty (e.g. the default "
                                  "'sure-floored').")
-            options["penalty"], self.penalty_selection_ = select_penalty(fit_each, family, rows, PENALTY_CANDIDATES,
-                                                                         N_FOLDS, TRIM, cv_rng)
+            chosen, self.penalty_selection_ = select_penalty(fit_each, family, rows, PENALTY_CANDIDATES, N_FOLDS,
+                                                             TRIM, cv_rng)
+            options.update(chosen)
             strategy = make_strategy(self.method, **options)
 
         progress = Progress(self.verbose, self.verbose_interval, jacobian)
@@ -612,12 +613,14 @@ _SHARED_PARAMS_DOC = """
         "paper", App. B.1's schedule (the paper's FedGrEM, the default of
         studies on the paper's design); "sure", chosen every round by Stein's
         unbiased estimate of the central update's squared error, trimmed over
-        clients (:func:`fedmm.tuning.sure_penalty`); "auto", "sure-floored"
-        or full pooling (``inf``), whichever predicts the clients' held-out
-        samples better by more than one standard error, trimmed over clients
-        (:mod:`fedmm.tuning`; 5-fold cross-validation, eleven fits; needs the
-        clients' rows in this process); "theory", Assumption A.7's recursion;
-        a constant (``inf``: gradient FedEM) or a function of the round ``t``.
+        clients (:func:`fedmm.tuning.sure_penalty`); "auto", one of
+        :data:`fedmm.tuning.PENALTY_CANDIDATES` ("sure-floored", it with
+        ``C = 8``, or full pooling ``inf``) by 5-fold cross-validated
+        likelihood trimmed over clients and the one-standard-error rule
+        (:mod:`fedmm.tuning`; sixteen fits; needs the clients' rows in this
+        process; ``penalty_params`` apply to the first candidate); "theory",
+        Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a
+        function of the round ``t``.
     penalty_params : dict, optional
         Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
         (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
@@ -755,9 +758,10 @@ _SHARED_ATTRS_DOC = """
     collaboration_graph_ : ndarray of shape (n_clients, n_clients), bool
         Dynamic graph only: which clients pulled each other in the last round.
     penalty_selection_ : dict or None
-        ``penalty="auto"`` only: the penalty ``"chosen"``, the candidates ``"penalty"``, their trimmed
-        held-out log-likelihoods ``"score"`` and every client's
-        ``"client_scores"`` (:func:`fedmm.tuning.select_penalty`).
+        ``penalty="auto"`` only: the options ``"chosen"`` (a dict), the
+        ``"candidates"``, their trimmed held-out log-likelihoods ``"score"``
+        and every client's ``"client_scores"``
+        (:func:`fedmm.tuning.select_penalty`).
 """
 
 class FederatedGaussianMixture(_FederatedMixture):

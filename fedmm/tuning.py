@@ -6,22 +6,21 @@ schedule (App. B.1: ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``,
 default, ``"sure-floored"``, chooses it every round by SURE (below), never
 below the schedule.
 
-``penalty="auto"`` asks one more question of the data, without pooling any:
-should every client be on the consensus? Every client deals its samples at
-random into ``n_folds`` folds; each fold is held out in turn while FedGrEM is
-fitted on the rest with each candidate of :data:`PENALTY_CANDIDATES`, the
-default ``"sure-floored"`` and full pooling (``inf``: shared components,
-per-client proportions), from the same starts; each client reports its mean
-held-out log-likelihood per sample over the folds (one number per
-candidate); the server takes the trimmed mean over clients, leaving out the
-``trim`` fraction with the lowest values so that outlier clients do not
-decide, and keeps full pooling only when it beats the default by more than
-one standard error, paired over clients (the one-standard-error rule, on the
-side of less pooling). The final fit uses all data with the chosen penalty.
-SURE sizes the penalty from the spread of the clients' estimates, which a
-model's misfit widens (a diagonal Gaussian's local fit of a class depends on
-which other classes the client holds); held-out likelihood sees whether that
-spread predicts anything.
+``penalty="auto"`` asks the data how much to pool beyond that, without pooling
+any: every client deals its samples at random into ``n_folds`` folds; each
+fold is held out in turn while FedGrEM is fitted on the rest with each
+candidate of :data:`PENALTY_CANDIDATES` (the default, its floor raised
+fourfold, and full pooling: shared components, per-client proportions), from
+the same starts; each client reports its mean held-out log-likelihood per
+sample over the folds (one number per candidate); the server takes the
+trimmed mean over clients, leaving out the ``trim`` fraction with the lowest
+values so that outlier clients do not decide, and keeps the candidate that
+pools least among those within one standard error of the best, paired over
+clients (the one-standard-error rule). The final fit uses all data with the
+chosen candidate. SURE sizes the penalty from the spread of the clients'
+estimates, which a model's misfit widens (a diagonal Gaussian's local fit of
+a class depends on which other classes the client holds); held-out
+likelihood sees whether that spread predicts anything.
 
 ``penalty="sure"`` chooses ``lambda`` itself in every round, from what the
 server already holds: the central update is a group soft-threshold of each
@@ -39,8 +38,12 @@ __all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_ri
            "first_best", "client_median", "client_folds", "fold_splits", "trimmed_mean", "select_penalty",
            "one_standard_error"]
 
-#: Candidates of ``penalty="auto"``, from less pooling to more: FedGrEM's default and full pooling.
-PENALTY_CANDIDATES = ("sure-floored", np.inf)
+#: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
+#: the default with its floor at four times the paper's schedule (``C = 8``), which pools every client within
+#: a wide threshold while an outlier client farther out stays apart (on the paper's GMM design at ``h = 0``
+#: it still does, ``C = 16`` does not); and full pooling, every client on the consensus.
+PENALTY_CANDIDATES = ({"penalty": "sure-floored"}, {"penalty": "sure-floored", "penalty_params": {"C": 8.0}},
+                      {"penalty": np.inf})
 #: Candidate ``lambda`` of ``penalty="sure"``: 10 per decade, from pooling almost nothing to almost everything
 #: (thresholds of 0.01 to 100 noise standard deviations per square root of a client's size).
 SURE_GRID = np.geomspace(1e-2, 1e2, 41)
@@ -121,13 +124,14 @@ def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
     Parameters
     ----------
     fit : callable
-        ``fit(train_data, candidates) -> [MixtureParams, ...]``: FedGrEM with each penalty, from the
-        same starts.
+        ``fit(train_data, candidates) -> [MixtureParams, ...]``: FedGrEM with each candidate's options,
+        from the same starts.
     family : Family
     data : FederatedData
         All clients' data (standard units, design applied).
-    candidates : sequence
-        Penalties, from less pooling to more (:data:`PENALTY_CANDIDATES`).
+    candidates : sequence of dict
+        FedGrEM's options (``penalty``, ``penalty_params``), from less pooling to more
+        (:data:`PENALTY_CANDIDATES`).
     n_folds : int
         Every client's samples are dealt into this many folds (:func:`fold_splits`); each fold is held
         out once while the candidates are fitted on the rest.
@@ -137,10 +141,10 @@ def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
 
     Returns
     -------
-    best : str or float
+    best : dict
         The candidate chosen by :func:`one_standard_error`.
     table : dict
-        ``"chosen"``: ``best``; ``"penalty"``: the candidates; ``"score"``: trimmed mean over clients
+        ``"chosen"``: ``best``; ``"candidates"``; ``"score"``: trimmed mean over clients
         of the held-out log-likelihood per sample for each; ``"client_scores"``: (len(candidates), K'),
         every client's mean over its held-out samples (the K' clients with two samples or more).
     """
@@ -156,7 +160,7 @@ def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
     client_scores = total[:, held_out] / data.n_samples[held_out]
     scores = np.array([trimmed_mean(s, trim) for s in client_scores])
     best = candidates[one_standard_error(client_scores, trim)]
-    return best, {"penalty": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}
+    return best, {"candidates": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}
 
 
 def one_standard_error(client_scores, trim):
