@@ -214,6 +214,8 @@ class _FederatedMixture(BaseEstimator, ABC):
             chosen, self.penalty_selection_ = select_penalty(fit_each, family, rows, PENALTY_CANDIDATES, N_FOLDS,
                                                              TRIM, cv_rng)
             options.update(chosen)
+            for key in ("score", "client_scores"):  # per sample, in the data's units as every likelihood here
+                self.penalty_selection_[key] = self.penalty_selection_[key] + jacobian
             strategy = make_strategy(self.method, **options)
 
         progress = Progress(self.verbose, self.verbose_interval, jacobian)

@@ -84,6 +84,9 @@ def test_auto_penalty_keeps_different_clients_apart():
     assert table["client_scores"].shape == (len(PENALTY_CANDIDATES), 6)
     assert (table["client_scores"][-1, :5] < table["client_scores"][0, :5] - 0.1).all()   # full pooling
     np.testing.assert_array_equal(gm.means_, chosen.means_)   # the chosen penalty's fit, same random_state
+    scaled = FederatedGaussianMixture(3, method="fedgrem", penalty="auto", random_state=0).fit([10 * x + 3 for x in X])
+    # Held-out log-likelihoods per sample in the data's units: 2 features, each 10 times wider.
+    np.testing.assert_allclose(scaled.penalty_selection_["score"], table["score"] - 2 * np.log(10), atol=1e-8)
 
 
 def test_first_best_keeps_the_earlier_of_ties_up_to_rounding():
