@@ -10,6 +10,7 @@ import numpy as np
 
 from .algorithms._base import em_update
 from .protocol import put, stack, take
+from .tuning import client_fold
 
 __all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts"]
 
@@ -60,6 +61,7 @@ class LocalClients:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
         self.family, self.data, self.mode = family, data, mode
         self.states = None
+        self.folds = None
 
     @property
     def n_samples(self):
@@ -121,6 +123,26 @@ class LocalClients:
     def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
         """The clients ``which`` (bool mask) refit their proportions to ``params`` (:func:`fit_weights`)."""
         return fit_weights(self.family, self.data, params, which, max_iter, tol)
+
+
+    def deal_folds(self, n_folds, seeds):
+        """Every client deals its rows into ``n_folds`` folds from its own seed (:func:`fedmm.tuning.client_fold`)."""
+        self.folds = np.concatenate([client_fold(n, n_folds, seed) for n, seed in zip(self.n_samples, seeds)])
+
+    def training(self, fold):
+        """The clients' rows outside ``fold``, as clients of their own (cross-validation, :func:`fedmm.tuning.select_penalty`)."""
+        return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode)
+
+    def held_out_loglik(self, fold, params):
+        """(K,) every client's log-likelihood of its rows in ``fold`` at its row of ``params`` (0 with none)."""
+        test = self._fold_rows(self.folds == fold)
+        log_norm, _ = self.family.log_resp(test, params)
+        return np.bincount(np.repeat(np.arange(test.n_clients), test.n_samples), weights=log_norm,
+                           minlength=test.n_clients)
+
+    def _fold_rows(self, mask):
+        client = np.repeat(np.arange(self.n_clients), self.n_samples)
+        return self.data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=self.n_clients))
 
 
 def as_clients(family, data, mode="batched"):

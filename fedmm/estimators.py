@@ -206,13 +206,8 @@ class _FederatedMixture(BaseEstimator, ABC):
                 fits = [make_strategy(self.method, **{**options, **candidate}) for candidate in candidates]
                 starts = self._starts(family, train, fits[0], cv_rng, user)
                 return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in fits]
-            rows = getattr(clients, "data", None)
-            if rows is None:
-                raise ValueError("penalty='auto' splits every client's rows into training and held-out parts in "
-                                 "this process; across separate parties give a penalty (e.g. the default "
-                                 "'sure-floored').")
-            chosen, self.penalty_selection_ = select_penalty(fit_each, family, rows, PENALTY_CANDIDATES, N_FOLDS,
-                                                             TRIM, cv_rng)
+            chosen, self.penalty_selection_ = select_penalty(fit_each, clients, PENALTY_CANDIDATES, N_FOLDS, TRIM,
+                                                             cv_rng)
             options.update(chosen)
             for key in ("score", "client_scores"):  # per sample, in the data's units as every likelihood here
                 self.penalty_selection_[key] = self.penalty_selection_[key] + jacobian
@@ -619,8 +614,9 @@ _SHARED_PARAMS_DOC = """
         :data:`fedmm.tuning.PENALTY_CANDIDATES` ("sure-floored", it with
         ``C = 8``, or full pooling ``inf``) by 5-fold cross-validated
         likelihood trimmed over clients and the one-standard-error rule
-        (:mod:`fedmm.tuning`; sixteen fits; needs the clients' rows in this
-        process; ``penalty_params`` apply to the first candidate); "theory",
+        (:mod:`fedmm.tuning`; sixteen fits; each client deals and scores its
+        own folds, also on Flower; ``penalty_params`` apply to the first
+        candidate); "theory",
         Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a
         function of the round ``t``.
     penalty_params : dict, optional

@@ -50,7 +50,7 @@ from .clients import as_clients, fit_weights
 from .engine import fit_restarts
 from .families import MixtureParams, pool_stats
 from .families._base import one_hot
-from .tuning import TRIM, first_best, kept_clients
+from .tuning import TRIM, client_seeds, first_best, kept_clients
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
@@ -74,11 +74,7 @@ def pooled_family_start(family, data, n_components, random_state):
 def client_family_starts(clients, n_components, random_state):
     """Every client's own family start (:func:`fedmm.clients.client_family_starts`), from a seed per client."""
     _check_clients_can_start(clients.n_samples, n_components)
-    return clients.family_starts(_seeds(random_state, clients.n_clients), n_components)
-
-
-def _seeds(random_state, size):
-    return random_state.randint(np.iinfo(np.int32).max, size=size)
+    return clients.family_starts(client_seeds(random_state, clients.n_clients), n_components)
 
 
 def _rows(clients, what):
@@ -111,7 +107,7 @@ def common_start(clients, n_components, random_state):
         raise ValueError(f"init='common' needs a client with at least n_components={n_components} samples to draw "
                          "the start from; give initial values (weights_init and means_init / coef_init) instead.")
     k = eligible[random_state.randint(eligible.size)]
-    start = clients.family_starts(_seeds(random_state, 1), n_components, which=[k]).broadcast(len(n_k))
+    start = clients.family_starts(client_seeds(random_state, 1), n_components, which=[k]).broadcast(len(n_k))
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
 
 

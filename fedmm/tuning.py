@@ -7,7 +7,8 @@ default, ``"sure-floored"``, chooses it every round by SURE (below), never
 below the schedule.
 
 ``penalty="auto"`` asks the data how much to pool beyond that, without pooling
-any: every client deals its samples at random into ``n_folds`` folds; each
+any: every client deals its samples at random into ``n_folds`` folds, from a
+seed the server sends it (:func:`client_fold`), so it deals alone; each
 fold is held out in turn while FedGrEM is fitted on the rest with each
 candidate of :data:`PENALTY_CANDIDATES` (the default, its floor raised
 fourfold, and full pooling: shared components, per-client proportions), from
@@ -35,7 +36,8 @@ estimated risk over the clients, leaving out the most heterogeneous
 import numpy as np
 
 __all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients",
-           "first_best", "client_median", "client_folds", "fold_splits", "trimmed_mean", "select_penalty",
+           "first_best", "client_median", "client_seeds", "client_fold", "client_folds", "fold_sizes", "trimmed_mean",
+           "select_penalty",
            "one_standard_error"]
 
 #: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
@@ -89,27 +91,35 @@ def kept_clients(values, trim):
     return np.argsort(values, kind="stable")[int(np.floor(trim * len(values))):]
 
 
-def client_folds(n_samples, n_folds, random_state):
-    """A fold index for every sample of every client: ``list`` of (n_k,) arrays, folds as even as possible
-    within each client, assigned at random."""
-    return [random_state.permutation(np.arange(n) % n_folds) for n in n_samples]
+def client_seeds(random_state, size):
+    """A seed for each of ``size`` clients, drawn by the server from ``random_state``.
 
-
-def fold_splits(data, n_folds, random_state):
-    """Every client's samples dealt at random into ``n_folds`` folds (:func:`client_folds`):
-    ``[(train, test), ...]``, one pair of :class:`FederatedData` per fold, ``test`` the fold and ``train``
-    the rest.
-
-    Every sample of a client with two or more is held out exactly once; a client with one sample keeps
-    it for training in every fold, so that no client is left without training data.
+    A seed per client rather than one generator passed from client to client: what a client draws
+    (its start, its folds) then depends on its own data and seed only, as it must when the clients
+    are separate parties (:mod:`fedmm.flower`), and the same fit gives the same draws in this process.
     """
-    folds = np.concatenate([f if len(f) > 1 else np.full(len(f), -1)
-                            for f in client_folds(data.n_samples, n_folds, random_state)])
-    client = np.repeat(np.arange(data.n_clients), data.n_samples)
+    return random_state.randint(np.iinfo(np.int32).max, size=size)
 
-    def rows(mask):
-        return data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=data.n_clients))
-    return [(rows(folds != v), rows(folds == v)) for v in range(n_folds)]
+
+def client_fold(n, n_folds, seed):
+    """A fold index for each of a client's ``n`` samples, dealt at random from the client's own ``seed``,
+    folds as even as possible (:func:`fold_sizes`). A client with one sample keeps it out of every
+    fold (index -1), so that no fold leaves it without training data."""
+    if n < 2:
+        return np.full(n, -1)
+    return np.random.RandomState(seed).permutation(np.arange(n) % n_folds)
+
+
+def client_folds(n_samples, n_folds, random_state):
+    """Every client's :func:`client_fold`, from seeds drawn from ``random_state`` (:func:`client_seeds`)."""
+    return [client_fold(n, n_folds, seed) for n, seed in zip(n_samples, client_seeds(random_state, len(n_samples)))]
+
+
+def fold_sizes(n_samples, n_folds, fold):
+    """(K,) how many samples each client's :func:`client_fold` deals into ``fold``: known to the server
+    from the clients' sizes alone."""
+    n = np.asarray(n_samples)
+    return np.where(n > 1, n // n_folds + (fold < n % n_folds), 0)
 
 
 def trimmed_mean(values, trim):
@@ -117,24 +127,25 @@ def trimmed_mean(values, trim):
     return float(np.asarray(values, dtype=float)[kept_clients(values, trim)].mean())
 
 
-def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
+def select_penalty(fit, clients, candidates, n_folds, trim, random_state):
     """The penalty of ``candidates`` chosen by trimmed cross-validated log-likelihood and the
     one-standard-error rule.
 
     Parameters
     ----------
     fit : callable
-        ``fit(train_data, candidates) -> [MixtureParams, ...]``: FedGrEM with each candidate's options,
-        from the same starts.
-    family : Family
-    data : FederatedData
-        All clients' data (standard units, design applied).
+        ``fit(train, candidates) -> [MixtureParams, ...]``: FedGrEM with each candidate's options, from
+        the same starts, on ``train``, a transport of the clients' training rows.
+    clients : transport of clients (:mod:`fedmm.clients`, :mod:`fedmm.flower`)
+        All clients, their data in standard units with the design applied. They deal their rows into
+        folds from seeds the server draws (:meth:`deal_folds`, :func:`client_fold`), give a transport of
+        the rows outside a fold (:meth:`training`), and score a fold's rows (:meth:`held_out_loglik`):
+        rows never leave a client.
     candidates : sequence of dict
         FedGrEM's options (``penalty``, ``penalty_params``), from less pooling to more
         (:data:`PENALTY_CANDIDATES`).
     n_folds : int
-        Every client's samples are dealt into this many folds (:func:`fold_splits`); each fold is held
-        out once while the candidates are fitted on the rest.
+        Each fold is held out once while the candidates are fitted on the rest.
     trim : float
         The fraction of clients left out of the mean.
     random_state : RandomState
@@ -148,16 +159,16 @@ def select_penalty(fit, family, data, candidates, n_folds, trim, random_state):
         of the held-out log-likelihood per sample for each; ``"client_scores"``: (len(candidates), K'),
         every client's mean over its held-out samples (the K' clients with two samples or more).
     """
-    total = np.zeros((len(candidates), data.n_clients))
-    for train, test in fold_splits(data, n_folds, random_state):
-        has_test = test.n_samples > 0
-        if not has_test.any():  # more folds than any client has samples
+    n_samples = clients.n_samples
+    clients.deal_folds(n_folds, client_seeds(random_state, clients.n_clients))
+    total = np.zeros((len(candidates), clients.n_clients))
+    for fold in range(n_folds):
+        if not fold_sizes(n_samples, n_folds, fold).any():  # more folds than any client has samples
             continue
-        for c, params in enumerate(fit(train, candidates)):
-            log_norm, _ = family.log_resp(test, params)
-            total[c, has_test] += np.add.reduceat(log_norm, test.offsets[:-1][has_test])
-    held_out = data.n_samples > 1
-    client_scores = total[:, held_out] / data.n_samples[held_out]
+        for c, params in enumerate(fit(clients.training(fold), candidates)):
+            total[c] += clients.held_out_loglik(fold, params)
+    held_out = n_samples > 1
+    client_scores = total[:, held_out] / n_samples[held_out]
     scores = np.array([trimmed_mean(s, trim) for s in client_scores])
     best = candidates[one_standard_error(client_scores, trim)]
     return best, {"candidates": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}

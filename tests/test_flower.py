@@ -38,7 +38,7 @@ def _mor(K=6, **kwargs):
 
 def _estimator(y, method, **options):
     cls = FederatedGaussianMixture if y is None else FederatedMixtureRegression
-    return cls(5, method=method, init=INIT[method], random_state=0, max_iter=200, **options)
+    return cls(5, method=method, init=INIT[method], **{"random_state": 0, "max_iter": 200, **options})
 
 
 def _fit_both(X, y, method, apps=None, **options):
@@ -262,9 +262,15 @@ def test_a_client_reads_its_rows_from_the_file_its_config_names(tmp_path):
         load_from_config(SimpleNamespace(node_config={}, run_config={}))
 
 
-def test_auto_penalty_on_flower_says_to_give_a_penalty():
-    """penalty="auto" deals every client's rows into folds in one process; across separate parties the fit
-    stops before any round and names what to do instead."""
-    X, _, _ = _gmm()
-    with pytest.raises(ValueError, match="across separate parties give a penalty"):
-        fit(_estimator(None, "fedgrem", penalty="auto"), LocalGrid(_apps(X)))
+def test_auto_penalty_on_flower_chooses_and_fits_as_in_one_process():
+    """penalty="auto" across separate parties: every client deals its rows into folds from the seed the
+    server sends, the server fits each candidate on the rows outside a fold (queries marked train_fold) and
+    the clients score the fold's rows. Rows never leave a client, and the choice, its held-out scores and
+    the final fit are the in-process ones."""
+    X, _, _ = _gmm(K=4, outlier_clients=[3])
+    ref, remote = _fit_both(X, None, "fedgrem", penalty="auto", max_iter=60)
+    assert remote.penalty_selection_["chosen"] == ref.penalty_selection_["chosen"]
+    np.testing.assert_allclose(remote.penalty_selection_["client_scores"], ref.penalty_selection_["client_scores"],
+                               rtol=1e-10)
+    np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
+    assert remote.flower_rejections_ == []

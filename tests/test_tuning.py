@@ -11,8 +11,9 @@ from sklearn.exceptions import ConvergenceWarning
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
-from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, client_median, first_best, fold_splits,
-                          select_penalty, sure_grid_risk, sure_penalty, sure_risk, trimmed_mean)
+from fedmm.clients import LocalClients
+from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, client_fold, client_folds, client_median, client_seeds,
+                          first_best, fold_sizes, select_penalty, sure_grid_risk, sure_penalty, sure_risk, trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -20,31 +21,56 @@ CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 @settings(max_examples=25, deadline=None)
 @given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6), n_folds=st.integers(2, 6),
        seed=st.integers(0, 1000))
-def test_fold_splits_hold_out_every_sample_once(sizes, n_folds, seed):
+def test_folds_hold_out_every_sample_once(sizes, n_folds, seed):
+    """Every sample of a client with two or more is held out exactly once, in folds of the sizes the server
+    computes from the clients' sizes alone; a client with one sample is never held out; the training view
+    of a fold is the rest of each client's rows."""
     X = [np.arange(n, dtype=float)[:, None] + 1000 * k for k, n in enumerate(sizes)]
-    folds = fold_splits(FederatedData.from_input(X), n_folds, np.random.RandomState(seed))
-    assert len(folds) == n_folds
+    clients = LocalClients(_Values(), FederatedData.from_input(X))
+    clients.deal_folds(n_folds, client_seeds(np.random.RandomState(seed), len(sizes)))
     for k, n in enumerate(sizes):
-        held = np.concatenate([test.client(k)[0][:, 0] for _, test in folds])
-        np.testing.assert_array_equal(np.sort(held), X[k][:, 0] if n > 1 else [])
-        for train, test in folds:
-            rows = np.concatenate([train.client(k)[0][:, 0], test.client(k)[0][:, 0]])
-            np.testing.assert_array_equal(np.sort(rows), X[k][:, 0])
-            assert train.n_samples[k] >= 1
+        assert np.bincount(clients.folds[clients.data.offsets[k]:clients.data.offsets[k + 1]] + 1,
+                           minlength=n_folds + 1)[1:].tolist() == [fold_sizes(sizes, n_folds, v)[k]
+                                                                   for v in range(n_folds)]
+    held = [[] for _ in sizes]
+    for v in range(n_folds):
+        train = clients.training(v)
+        np.testing.assert_array_equal(train.n_samples, np.array(sizes) - fold_sizes(sizes, n_folds, v))
+        scored = clients.held_out_loglik(v, None)         # each client's sum of its held-out rows' values
+        for k in range(len(sizes)):
+            rows = np.setdiff1d(X[k][:, 0], train.data.client(k)[0][:, 0])
+            assert scored[k] == rows.sum()
+            held[k].extend(rows)
+    for k, n in enumerate(sizes):
+        np.testing.assert_array_equal(np.sort(held[k]), X[k][:, 0] if n > 1 else [])
+
+
+def test_a_client_deals_its_folds_from_its_own_seed():
+    """Separate parties deal alone: a client's folds depend on its size and seed, not on the other clients."""
+    both = client_folds([10, 7], 3, np.random.RandomState(0))
+    seeds = client_seeds(np.random.RandomState(0), 2)
+    np.testing.assert_array_equal(both[1], client_fold(7, 3, seeds[1]))
+    np.testing.assert_array_equal(client_fold(1, 5, 0), [-1])
 
 
 class _Scores:
     """A family whose held-out log-likelihood of a sample is the candidate's table entry for its client."""
 
     def log_resp(self, test, table):
-        client = np.repeat(np.arange(test.n_clients), test.n_samples)
-        return table[client], None
+        return table[np.repeat(np.arange(test.n_clients), test.n_samples)], None
+
+
+class _Values:
+    """A family whose log-likelihood of a sample is its value (whatever the parameters)."""
+
+    def log_resp(self, test, params):
+        return test.X[:, 0], None
 
 
 def _choose(per_client, n=10):
     """``select_penalty`` on clients of ``n`` samples whose candidates score ``per_client`` (C, K)."""
-    data = FederatedData.from_input([np.zeros((n, 1))] * per_client.shape[1])
-    return select_penalty(lambda train, candidates: list(per_client), _Scores(), data, ("less", "more"), 5,
+    clients = LocalClients(_Scores(), FederatedData.from_input([np.zeros((n, 1))] * per_client.shape[1]))
+    return select_penalty(lambda train, candidates: list(per_client), clients, ("less", "more"), 5,
                           TRIM, np.random.RandomState(0))
 
 

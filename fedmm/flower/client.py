@@ -20,7 +20,15 @@ action          the server sends                                       the clien
 ``step``        its row of the :class:`~fedmm.protocol.Broadcast`      its :class:`~fedmm.protocol.ClientMessage`
 ``loglik``      parameters                                             its log-likelihood
 ``fit_weights``  parameters, whether to refit, ``max_iter``, ``tol``   its mixing proportions
+``folds``       a seed, ``n_folds``                                    nothing (it deals its rows into
+                                                                       folds: :func:`fedmm.tuning.client_fold`)
+``held_out``    parameters, a ``fold``                                 the log-likelihood of its rows
+                                                                       in that fold
 ==============  =====================================================  ==============================
+
+A query with ``train_fold`` in its settings is answered from the client's rows outside that fold
+(cross-validation of ``penalty="auto"``, :func:`fedmm.tuning.select_penalty`): the server fits on
+those as on a federation of its own.
 
 Every reply echoes the query's ``tag``, so the server can tell a reply to this query from a stale one.
 The reply to ``hello`` also gives the client's name, ``client-id`` (else ``partition-id``) from its node
@@ -42,6 +50,7 @@ from ..families import MixtureParams
 from ..initialization import user_start
 from ..kernels import resolve_backend
 from ..protocol import Broadcast, ClientState
+from ..tuning import client_fold
 from ..units import Units, client_sums
 from .codec import arrays, config, encode, flatten, unflatten
 
@@ -146,7 +155,7 @@ def _read(load, context, est):
 class _Session:
     """A client's view of the fit: its family, its rows in the fit's units, its saved state."""
 
-    def __init__(self, read, context):
+    def __init__(self, read, context, train_fold=None):
         self.read = read
         model = context.state["fedmm.model"]
         est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
@@ -158,6 +167,15 @@ class _Session:
             data = units.transform(data)
             data = data.with_X(self.family.design(data.X))
         self.data = data
+        if train_fold is not None:
+            self.data = self.fold(int(train_fold), outside=True)
+
+    def fold(self, fold, outside=False):
+        """The client's rows in ``fold`` (or outside it), as dealt by the ``folds`` query."""
+        folds = self.context.state["fedmm.folds"]
+        index = client_fold(self.data.n_samples[0], int(folds["n_folds"]), int(folds["seed"]))
+        rows = np.flatnonzero((index != fold) if outside else (index == fold))
+        return self.data.take_rows(rows, [len(rows)])
 
     def state(self):
         saved = {k: v.numpy() for k, v in self.context.state["fedmm.state"].items()}
@@ -177,7 +195,7 @@ def _record(values):
 
 def _with_session(read, answer):
     def handle(message, context, request):
-        return answer(_Session(read, context), arrays(message.content), request)
+        return answer(_Session(read, context, request.get("train_fold")), arrays(message.content), request)
     return handle
 
 
@@ -222,5 +240,15 @@ def _fit_weights(session, values, request):
                                    float(request["tol"]))}
 
 
+def _folds(session, values, request):
+    session.context.state["fedmm.folds"] = ConfigRecord({"seed": int(request["seed"]),
+                                                         "n_folds": int(request["n_folds"])})
+    return {}
+
+
+def _held_out(session, values, request):
+    return {"loglik": session.family.estep(session.fold(int(request["fold"])), unflatten(MixtureParams, values))[0]}
+
+
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,
-            "step": _step, "loglik": _loglik, "fit_weights": _fit_weights}
+            "step": _step, "loglik": _loglik, "fit_weights": _fit_weights, "folds": _folds, "held_out": _held_out}

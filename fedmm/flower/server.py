@@ -16,6 +16,8 @@ client that does not answer within ``timeout`` are logged with the node id (logg
   stands in for it) the client is left out of the federation and :func:`fit` starts again without it.
 """
 
+import copy
+import itertools
 import json
 import logging
 from typing import NamedTuple
@@ -29,6 +31,7 @@ from ..data import FederatedData
 from ..kernels import resolve_backend
 from ..families import MixtureParams
 from ..protocol import ClientMessage, stack, take
+from ..tuning import fold_sizes
 from ..units import moments_from_sums
 from .codec import arrays, config, encode, flatten, unflatten
 
@@ -129,7 +132,9 @@ class FlowerClients:
         self.grid, self.nodes, self.estimator = grid, list(nodes), estimator
         self.timeout, self.min_clients = timeout, min_clients
         self.rejections = [] if rejections is None else rejections
-        self._queries = 0
+        self._queries = itertools.count(1)   # shared with the views of :meth:`training`: every query's tag is new
+        self._settings = {}                  # sent with every query: a view's ``train_fold``
+        self._n_folds = None
         self.names = {}
         self._first_round = True
         self._template = None
@@ -224,6 +229,28 @@ class FlowerClients:
                             or _simplex_ok(v["weights"]), required=True, max_iter=int(max_iter), tol=float(tol))
         return np.concatenate([replies[k]["weights"] for k in range(self.n_clients)])
 
+    def deal_folds(self, n_folds, seeds):
+        """Every client deals its rows into ``n_folds`` folds from its seed (:func:`fedmm.tuning.client_fold`)."""
+        self._ask("folds", [{}] * self.n_clients, lambda k, v: _arrays_ok(v, {}), required=True,
+                  config_rows=[{"seed": int(s)} for s in seeds], n_folds=int(n_folds))
+        self._n_folds = int(n_folds)
+
+    def training(self, fold):
+        """The clients answering from their rows outside ``fold``: a transport of its own, whose queries say so."""
+        view = copy.copy(self)
+        view._settings = {"train_fold": int(fold)}
+        view.n_samples = self.n_samples - fold_sizes(self.n_samples, self._n_folds, fold)
+        view._first_round, view._template = True, None
+        return view
+
+    def held_out_loglik(self, fold, params):
+        index = np.flatnonzero(fold_sizes(self.n_samples, self._n_folds, fold))
+        replies = self._ask("held_out", [flatten(take(params, k)) for k in index],
+                            lambda k, v: _arrays_ok(v, {"loglik": (1,)}), index, required=True, fold=int(fold))
+        total = np.zeros(self.n_clients)
+        total[index] = [replies[k]["loglik"][0] for k in index]
+        return total
+
     # --- what a valid reply looks like -------------------------------------------------
 
     def _params_template(self, n_components):
@@ -275,10 +302,9 @@ class FlowerClients:
     def _send(self, action, rows, index=None, config_rows=None, **settings):
         """``{client: arrays, or the reason there are none}`` for one query."""
         index = np.arange(self.n_clients) if index is None else np.asarray(index)
-        self._queries += 1
-        tag = f"{action}-{self._queries}"
+        tag = f"{action}-{next(self._queries)}"
         config_rows = config_rows or [{}] * len(index)
-        messages = [Message(encode(row, tag=tag, **settings, **extra), dst_node_id=self.nodes[k],
+        messages = [Message(encode(row, tag=tag, **self._settings, **settings, **extra), dst_node_id=self.nodes[k],
                             message_type=f"query.{action}") for k, row, extra in zip(index, rows, config_rows)]
         position = {self.nodes[k]: k for k in index}
         raw = {k: "no reply in time" for k in index}
