@@ -13,7 +13,8 @@ among those whose held-out log-likelihood per sample, trimmed over clients
 (``fedmm.tuning.one_standard_error``). Cases: digits (IID and
 Dirichlet(0.5) clients, 20% of clients contaminated; misclustering on the honest clients' test
 sets, as ``realdata.py``), and the paper's GMM and MoR designs with one outlier client (maximum
-error over honest clients, as ``paper_designs.py``). The measured table is in
+error over honest clients, as ``paper_designs.py``). For each case it also prints the margin of
+the choice (:func:`margin`): how close a call cross-validation made. The measured table is in
 ``docs/realdata.md``.
 
     python validation/pooling_choice.py [--quick] [--reps N]
@@ -31,7 +32,7 @@ import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
-from fedmm.tuning import PENALTY_CANDIDATES  # noqa: E402
+from fedmm.tuning import PENALTY_CANDIDATES, TRIM, kept_clients  # noqa: E402
 
 SETTINGS = {"defaults": {}, "floor C=8": PENALTY_CANDIDATES[1], "full pooling": PENALTY_CANDIDATES[2],
             "auto": dict(penalty="auto")}
@@ -75,12 +76,24 @@ def design_case(model, h):
     return case
 
 
+def margin(selection):
+    """How many standard errors the chosen candidate's held-out gain over the defaults is, paired over the
+    clients its trimmed mean keeps (nan when the defaults are chosen): the one-standard-error rule's margin."""
+    scores = selection["client_scores"]
+    c = PENALTY_CANDIDATES.index(selection["chosen"])
+    if c == 0:
+        return np.nan
+    gain = (scores[c] - scores[0])[kept_clients(scores[c], TRIM)]
+    return gain.mean() / (gain.std(ddof=1) / np.sqrt(len(gain)))
+
+
 def replicate(case, seed):
-    """Errors of every setting, and the index of the candidate ``penalty="auto"`` chose."""
+    """Errors of every setting, the index of the candidate ``penalty="auto"`` chose, and its :func:`margin`."""
     parts, make, error = case(seed)
     fits = {name: make(options).fit(*parts) for name, options in SETTINGS.items()}
-    return {name: error(est) for name, est in fits.items()}, PENALTY_CANDIDATES.index(
-        fits["auto"].penalty_selection_["chosen"])
+    selection = fits["auto"].penalty_selection_
+    return ({name: error(est) for name, est in fits.items()}, PENALTY_CANDIDATES.index(selection["chosen"]),
+            margin(selection))
 
 
 def cases(quick):
@@ -102,13 +115,15 @@ def main(argv=None):
     reps = 2 if args.quick else args.reps
     warnings.simplefilter("ignore")
     print(f"Mean error over {reps} replications\n")
-    print("| case | " + " | ".join(SETTINGS) + " | auto chose (default / C=8 / full) |\n|---|"
-          + "---|" * (len(SETTINGS) + 1))
+    print("| case | " + " | ".join(SETTINGS) + " | auto chose (default / C=8 / full) | its margin, min / median "
+          "(standard errors) |\n|---|" + "---|" * (len(SETTINGS) + 2))
     for name, case in cases(args.quick):
         rows = [replicate(case, seed) for seed in range(reps)]
-        means = " | ".join(f"{np.mean([e[s] for e, _ in rows]):.4f}" for s in SETTINGS)
-        chosen = np.bincount([c for _, c in rows], minlength=len(PENALTY_CANDIDATES))
-        print(f"| {name} | {means} | {' / '.join(map(str, chosen))} |", flush=True)
+        means = " | ".join(f"{np.mean([e[s] for e, _, _ in rows]):.4f}" for s in SETTINGS)
+        chosen = np.bincount([c for _, c, _ in rows], minlength=len(PENALTY_CANDIDATES))
+        margins = [m for _, _, m in rows if np.isfinite(m)]
+        spread = f"{min(margins):.1f} / {np.median(margins):.1f}" if margins else ""
+        print(f"| {name} | {means} | {' / '.join(map(str, chosen))} | {spread} |", flush=True)
     return 0
 
 
