@@ -124,13 +124,12 @@ class LocalClients:
         """The clients ``which`` (bool mask) refit their proportions to ``params`` (:func:`fit_weights`)."""
         return fit_weights(self.family, self.data, params, which, max_iter, tol)
 
-
     def deal_folds(self, n_folds, seeds):
         """Every client deals its rows into ``n_folds`` folds from its own seed (:func:`fedmm.tuning.client_fold`)."""
         self.folds = np.concatenate([client_fold(n, n_folds, seed) for n, seed in zip(self.n_samples, seeds)])
 
     def training(self, fold):
-        """The clients' rows outside ``fold``, as clients of their own (cross-validation, :func:`fedmm.tuning.select_penalty`)."""
+        """The clients' rows outside ``fold``, as clients of their own (:func:`fedmm.tuning.select_penalty`)."""
         return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode)
 
     def held_out_loglik(self, fold, params):

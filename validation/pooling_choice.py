@@ -22,6 +22,7 @@ the choice (:func:`margin`): how close a call cross-validation made. The measure
 
 import argparse
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -88,12 +89,17 @@ def margin(selection):
 
 
 def replicate(case, seed):
-    """Errors of every setting, the index of the candidate ``penalty="auto"`` chose, and its :func:`margin`."""
+    """Errors of every setting, the index of the candidate ``penalty="auto"`` chose, its :func:`margin`, and
+    the time of its fit over the defaults' (the two timed side by side)."""
     parts, make, error = case(seed)
-    fits = {name: make(options).fit(*parts) for name, options in SETTINGS.items()}
+    fits, seconds = {}, {}
+    for name, options in SETTINGS.items():
+        start = time.perf_counter()
+        fits[name] = make(options).fit(*parts)
+        seconds[name] = time.perf_counter() - start
     selection = fits["auto"].penalty_selection_
     return ({name: error(est) for name, est in fits.items()}, PENALTY_CANDIDATES.index(selection["chosen"]),
-            margin(selection))
+            margin(selection), seconds["auto"] / seconds["defaults"])
 
 
 def cases(quick):
@@ -116,14 +122,15 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     print(f"Mean error over {reps} replications\n")
     print("| case | " + " | ".join(SETTINGS) + " | auto chose (default / C=8 / full) | its margin, min / median "
-          "(standard errors) |\n|---|" + "---|" * (len(SETTINGS) + 2))
+          "(standard errors) | auto's time / the defaults', median |\n|---|" + "---|" * (len(SETTINGS) + 3))
     for name, case in cases(args.quick):
         rows = [replicate(case, seed) for seed in range(reps)]
-        means = " | ".join(f"{np.mean([e[s] for e, _, _ in rows]):.4f}" for s in SETTINGS)
-        chosen = np.bincount([c for _, c, _ in rows], minlength=len(PENALTY_CANDIDATES))
-        margins = [m for _, _, m in rows if np.isfinite(m)]
+        means = " | ".join(f"{np.mean([e[s] for e, _, _, _ in rows]):.4f}" for s in SETTINGS)
+        chosen = np.bincount([c for _, c, _, _ in rows], minlength=len(PENALTY_CANDIDATES))
+        margins = [m for _, _, m, _ in rows if np.isfinite(m)]
         spread = f"{min(margins):.1f} / {np.median(margins):.1f}" if margins else ""
-        print(f"| {name} | {means} | {' / '.join(map(str, chosen))} | {spread} |", flush=True)
+        cost = np.median([r for _, _, _, r in rows])
+        print(f"| {name} | {means} | {' / '.join(map(str, chosen))} | {spread} | {cost:.1f} |", flush=True)
     return 0
 
 
