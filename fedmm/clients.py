@@ -134,10 +134,7 @@ class LocalClients:
 
     def held_out_loglik(self, fold, params):
         """(K,) every client's log-likelihood of its rows in ``fold`` at its row of ``params`` (0 with none)."""
-        test = self._fold_rows(self.folds == fold)
-        log_norm, _ = self.family.log_resp(test, params)
-        return np.bincount(np.repeat(np.arange(test.n_clients), test.n_samples), weights=log_norm,
-                           minlength=test.n_clients)
+        return self.family.estep(self._fold_rows(self.folds == fold), params)[0]
 
     def _fold_rows(self, mask):
         client = np.repeat(np.arange(self.n_clients), self.n_samples)

@@ -142,7 +142,8 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
             settings.append(params)
             scores.append(_score(clone(estimator).set_params(**params), Xs, ys, criterion, folds, n_folds))
     if criterion == "cv":
-        client_scores = np.array(scores)                                  # (settings, K)
+        # (settings, K'): the clients with held-out samples (a client with one keeps it for training, client_fold)
+        client_scores = np.array(scores)[:, data.n_samples > 1]
         scores = np.array([-trimmed_mean(c, trim) for c in client_scores])
         fewest_first = np.argsort([s["n_components"] for s in settings], kind="stable")
         best = settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]]

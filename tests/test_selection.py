@@ -173,3 +173,15 @@ def test_fits_with_singular_components_get_no_bic_and_are_not_chosen():
     with pytest.raises(ValueError, match="Every setting's fit has singular components"):
         select_n_components(FederatedGaussianMixture(method="pooled-em", random_state=0), X, groups=groups,
                             n_components=[3], covariance_types=["full"])
+
+
+def test_cross_validation_scores_only_clients_with_held_out_samples():
+    """A client of one sample is never held out (fedmm.tuning.client_fold): it trains in every fold and
+    has no held-out score. A score of 0 for it would lift the trimmed mean of these clients' held-out
+    log-likelihoods (about -17 nats per sample at this scale) by about 3."""
+    X, _ = make_federated_gmm(4, 60, centers=np.array([[0.0, 0.0], [6.0, 0.0]]), random_state=2)
+    X = [x * 1000.0 for x in X] + [X[0][:1] * 1000.0]
+    selection = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), X, n_components=[2],
+                                    criterion="cv", n_folds=3, trim=0.0, random_state=0)
+    in_sample = np.mean([selection.best_estimator.score_samples(x, client=k).mean() for k, x in enumerate(X[:4])])
+    assert abs(-selection.table["score"][0] - in_sample) < 0.5

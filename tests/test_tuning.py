@@ -56,15 +56,16 @@ def test_a_client_deals_its_folds_from_its_own_seed():
 class _Scores:
     """A family whose held-out log-likelihood of a sample is the candidate's table entry for its client."""
 
-    def log_resp(self, test, table):
-        return table[np.repeat(np.arange(test.n_clients), test.n_samples)], None
+    def estep(self, test, table):
+        return table * test.n_samples, None
 
 
 class _Values:
     """A family whose log-likelihood of a sample is its value (whatever the parameters)."""
 
-    def log_resp(self, test, params):
-        return test.X[:, 0], None
+    def estep(self, test, params):
+        client = np.repeat(np.arange(test.n_clients), test.n_samples)
+        return np.bincount(client, weights=test.X[:, 0], minlength=test.n_clients), None
 
 
 def _choose(per_client, n=10):

@@ -240,7 +240,6 @@ class FlowerClients:
         view = copy.copy(self)
         view._settings = {"train_fold": int(fold)}
         view.n_samples = self.n_samples - fold_sizes(self.n_samples, self._n_folds, fold)
-        view._first_round, view._template = True, None
         return view
 
     def held_out_loglik(self, fold, params):
