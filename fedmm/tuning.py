@@ -37,8 +37,7 @@ import numpy as np
 
 __all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients",
            "first_best", "client_median", "client_seeds", "client_fold", "client_folds", "fold_sizes", "trimmed_mean",
-           "select_penalty",
-           "one_standard_error"]
+           "select_penalty", "paired_differences", "one_standard_error"]
 
 #: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
 #: the default with its floor at four times the paper's schedule (``C = 8``), which pools every client within
@@ -174,21 +173,29 @@ def select_penalty(fit, clients, candidates, n_folds, trim, random_state):
     return best, {"candidates": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}
 
 
+def paired_differences(client_scores, reference, trim):
+    """Every candidate's held-out score minus the ``reference`` candidate's, paired by client over the
+    clients whose ``reference`` scores its trimmed mean keeps: ``(mean, standard error)``, arrays of one
+    entry per candidate (standard errors 0 with fewer than two clients)."""
+    kept = kept_clients(client_scores[reference], trim)
+    diff = client_scores[:, kept] - client_scores[reference, kept]
+    se = diff.std(axis=1, ddof=1) / np.sqrt(len(kept)) if len(kept) > 1 else np.zeros(len(diff))
+    return diff.mean(axis=1), se
+
+
 def one_standard_error(client_scores, trim):
     """Index of the first candidate not significantly worse than the best (the one-standard-error rule).
 
     Candidates are ordered from less pooling to more. Differences to the best
-    are paired by client, over the clients the best one's trimmed mean keeps;
-    a candidate is within one standard error when its mean difference is at
-    least ``-sd / sqrt(n)``. The rule
+    are paired by client, over the clients the best one's trimmed mean keeps
+    (:func:`paired_differences`); a candidate is within one standard error when
+    its mean difference is at least ``-sd / sqrt(n)``. The rule
     leans towards less pooling, the robust side: pooling must earn its bias
     by a held-out gain larger than the noise of the comparison.
     """
     best = int(np.argmax([trimmed_mean(s, trim) for s in client_scores]))
-    kept = kept_clients(client_scores[best], trim)
-    diff = client_scores[:, kept] - client_scores[best, kept]
-    se = diff.std(axis=1, ddof=1) / np.sqrt(len(kept)) if len(kept) > 1 else np.zeros(len(diff))
-    return int(np.flatnonzero(diff.mean(axis=1) >= -se)[0])
+    mean, se = paired_differences(client_scores, best, trim)
+    return int(np.flatnonzero(mean >= -se)[0])
 
 
 def sure_risk(distance, threshold, variance, p):

@@ -33,7 +33,7 @@ import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
-from fedmm.tuning import PENALTY_CANDIDATES, TRIM, kept_clients  # noqa: E402
+from fedmm.tuning import PENALTY_CANDIDATES, TRIM, paired_differences  # noqa: E402
 
 SETTINGS = {"defaults": {}, "floor C=8": PENALTY_CANDIDATES[1], "full pooling": PENALTY_CANDIDATES[2],
             "auto": dict(penalty="auto")}
@@ -84,8 +84,8 @@ def margin(selection):
     c = PENALTY_CANDIDATES.index(selection["chosen"])
     if c == 0:
         return np.nan
-    gain = (scores[c] - scores[0])[kept_clients(scores[c], TRIM)]
-    return gain.mean() / (gain.std(ddof=1) / np.sqrt(len(gain)))
+    mean, se = paired_differences(scores, c, TRIM)
+    return -mean[0] / se[0]
 
 
 def replicate(case, seed):
