@@ -80,7 +80,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["CentralResult", "central_update", "pooling_share", "SOLVERS"]
+__all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "SOLVERS"]
 
 
 class CentralResult(NamedTuple):
@@ -124,6 +124,34 @@ def pooling_share(central):
     """
     with np.errstate(divide="ignore"):
         return np.where(central.pooled, 1.0, np.minimum(1.0, central.threshold / central.distance))
+
+
+def centre_margin(theta, center, metric=None):
+    """``m_kr = max(0, 1 - a_kr d_kr(r) / d_kr(r'))`` (K, R): how clearly each client's estimate of a
+    component is nearer that component's centre than the nearest other one, ``r'`` (fedmm's, beyond
+    the paper).
+
+    ``d_kr(s)`` is the distance from ``theta_kr`` to the centre ``nu_bar_s`` (in the block's metric
+    ``G_kr``, if given). ``m = 1`` at its own centre, ``1/2`` where its own centre is half as far as
+    the nearest other, 0 where another is nearer than its own: a component whose label does not tell
+    which component it estimates. The reach ``a_kr = clip(2 - d_kr(r') / D_rr', 0, 1)``, with
+    ``D_rr'`` the distance between the two centres, keeps that reading to estimates within reach of
+    ``nu_bar_r'`` (``a = 1`` up to ``D_rr'`` from it) and fades it out by twice that: an estimate far
+    from every centre (a client that differs, an outlier) has ``m = 1``, and is left to the
+    threshold. ``1`` with one component, and on coinciding centres.
+    """
+    R = center.shape[0]
+    if R == 1:
+        return np.ones(theta.shape[:2])
+    d = _norm(theta[:, :, None, :] - center, None if metric is None else metric[:, :, None])    # (K, R, R)
+    own = d[:, np.arange(R), np.arange(R)]
+    other = np.where(np.eye(R, dtype=bool), np.inf, d)
+    nearest = other.argmin(axis=-1)                                                   # r' (K, R)
+    near = np.take_along_axis(other, nearest[..., None], -1)[..., 0]
+    D = _norm(center[None] - center[nearest], metric)                                 # D_rr'
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = np.where(D > 0, np.clip(2.0 - near / D, 0.0, 1.0), 0.0)
+        return np.where(reach * own == 0, 1.0, np.clip(1.0 - reach * own / near, 0.0, 1.0))
 
 
 def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls", tol=1e-10, max_iter=1000):
@@ -285,12 +313,13 @@ def _weighted_mean(points, weights, metric=None):
 
 
 def _norm(u, metric=None):
-    """``||u[k, r]||``, or ``sqrt(u^T G_kr u)`` with a metric: (K, R)."""
+    """``||u[k, r]||``, or ``sqrt(u^T G_kr u)`` with a metric: (K, R), or over any leading axes the two
+    broadcast to."""
     if metric is None:
         # einsum, not np.linalg.norm(axis=-1): numpy's reductions over a short last axis cost 5x more, and
         # FedGrEM takes these norms every round over all K clients.
-        return np.sqrt(np.einsum("kri,kri->kr", u, u))
-    return np.sqrt(np.maximum(np.einsum("kri,krij,krj->kr", u, metric, u), 0.0))
+        return np.sqrt(np.einsum("...i,...i->...", u, u))
+    return np.sqrt(np.maximum(np.einsum("...i,...ij,...j->...", u, metric, u), 0.0))
 
 
 def _soft_threshold(u, threshold, metric=None, norm=None):

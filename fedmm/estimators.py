@@ -56,6 +56,7 @@ _SHARED_CONSTRAINTS = {
     "center_restarts": P.integer(0),
     "pooling_sizes": P.one_of(*POOLING_SIZES),
     "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
+    "centre_margins": P.boolean,
     "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
     "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
     "mixing": P.one_of(*MIXINGS),
@@ -89,7 +90,8 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
     #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
     _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "tgmm_lambda", "graph", "mixing", "n_gossip", "federico_neighbors",
+                       "pool_variances", "centre_margins", "tgmm_lambda", "graph", "mixing", "n_gossip",
+                       "federico_neighbors",
                        "federico_epsilon", "federico_beta", "federico_loss", "coupling", "threshold0", "threshold_min",
                        "participation", "dropout")
     _gradient_options = ()
@@ -646,6 +648,17 @@ _SHARED_PARAMS_DOC = """
         (:func:`fedmm.algorithms.fedgrem.robust_scale`), pooled where they are
         alike whether or not the means are. ``pooled_variances_`` says whose
         were pooled.
+    centre_margins : bool, default=False
+        FedGrEM and d-FedGrEM, an experimental option: every client's component
+        enters the central problem scaled by its margin, how clearly its
+        estimate is nearer its own component's centre than any other's
+        (:meth:`fedmm.algorithms.fedgrem.FedGrEM._with_margins`): a component
+        a client barely has, drifted onto another's samples, is pooled back
+        onto its own centre and counts for nothing in it. It helps where
+        clients are alike or label-skewed, costs where a client's component
+        truly differs towards another's, and does not always settle, so it is
+        off by default; False is the paper's central problem
+        (``docs/fedgrem.md``, "Centre margins").
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
@@ -818,7 +831,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="auto",
-                 pool_variances=True,
+                 pool_variances=True, centre_margins=False,
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
                  federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
                  threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6,
@@ -839,6 +852,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.center_restarts = center_restarts
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
+        self.centre_margins = centre_margins
         self.tgmm_lambda = tgmm_lambda
         self.graph = graph
         self.mixing = mixing
@@ -1033,7 +1047,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="sure-floored", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest",
+                 pooling_sizes="auto", pool_variances=True, centre_margins=False, tgmm_lambda=0.4, graph="erdos-renyi",
+                 mixing="fastest",
                  n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
                  coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,
                  weights_init=None, coef_init=None, backend="auto",
@@ -1055,6 +1070,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.center_restarts = center_restarts
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
+        self.centre_margins = centre_margins
         self.tgmm_lambda = tgmm_lambda
         self.graph = graph
         self.mixing = mixing

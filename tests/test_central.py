@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from fedmm.central import central_update, pooling_share
+from fedmm.central import central_update, centre_margin, pooling_share
 
 problems = st.tuples(st.integers(2, 8), st.integers(1, 3), st.integers(1, 4), st.integers(0, 10 ** 6),
                      st.sampled_from([0.1, 1.0, 5.0, 30.0]), st.booleans())
@@ -290,3 +290,55 @@ def test_a_component_empty_on_every_client_stays_finite(solver, metric):
     ones = n_k.copy()
     ones[:, 1] = 1.0
     np.testing.assert_allclose(got.nu, central_update(theta, ones, 2.0, metric=G, solver=solver).nu, atol=1e-9)
+
+
+def test_centre_margin_of_blocks_at_their_own_centre_half_way_and_nearer_another():
+    """m = 1 - d(own) / d(nearest other): 1 on its own centre, 1/2 where its own is half as far as the
+    nearest other, 0 nearer another; 1 with a single component."""
+    center = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 9.0]])
+    theta = np.array([[[0.0, 0.0], [4.0, 0.0], [0.0, 9.0]],
+                      [[4.0 / 3, 0.0], [3.0, 0.0], [0.0, 9.0]],
+                      [[3.0, 0.0], [4.0, 0.0], [4.0, 1.0]]])
+    np.testing.assert_allclose(centre_margin(theta, center), [[1.0, 1.0, 1.0], [0.5, 2.0 / 3, 1.0], [0.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(centre_margin(theta[:, :1], center[:1]), np.ones((3, 1)))
+
+
+def test_centre_margin_fades_out_beyond_reach_of_the_nearest_other_centre():
+    """Only estimates within reach of the nearest other centre (no farther from it than the two centres are
+    apart, D) can be confused with it; the reading fades out linearly by 2 D, and a block far from every
+    centre (a client that differs, an outlier) keeps m = 1, left to the threshold."""
+    center = np.array([[0.0, 0.0], [4.0, 0.0]])
+    theta = np.array([[[4.0, 6.0], [4.0, 0.0]], [[4.0, 8.0], [4.0, 0.0]], [[4.0, 3.0], [4.0, 0.0]],
+                      [[60.0, 80.0], [4.0, 0.0]]])
+    own = np.hypot(4.0, [6.0, 8.0, 3.0])
+    expected = 1.0 - np.array([2.0 - 6.0 / 4, 0.0, 1.0]) * own / [6.0, 8.0, 3.0]
+    np.testing.assert_allclose(centre_margin(theta, center)[:, 0], [*np.clip(expected, 0, 1), 1.0])
+
+
+@given(args=problems, metric=st.booleans(), random=st.randoms(use_true_random=False))
+def test_centre_margin_follows_a_permutation_of_the_components(args, metric, random):
+    K, R, p, seed, _, equal = args
+    theta, _ = _problem(K, R, p, seed, equal)
+    center = theta.mean(axis=0) + np.random.RandomState(seed).randn(R, p)
+    G = _metric(K, R, p, seed) if metric else None
+    order = random.sample(range(R), R)
+    m = centre_margin(theta, center, G)
+    permuted = centre_margin(theta[:, order], center[order], None if G is None else G[:, order])
+    np.testing.assert_allclose(permuted, m[:, order], atol=1e-12)
+    assert np.all((m >= 0) & (m <= 1))
+
+
+@given(problems)
+def test_centre_margin_in_a_metric_does_not_depend_on_linear_maps(args):
+    """theta -> T theta, centres -> T centres, G -> T^{-T} G T^{-1}: every distance, hence every margin, is
+    unchanged; with the identity metric it is the Euclidean margin."""
+    K, R, p, seed, _, equal = args
+    theta, _ = _problem(K, R, p, seed, equal)
+    center = theta.mean(axis=0) + np.random.RandomState(seed).randn(R, p)
+    G = _metric(K, R, p, seed)
+    T = np.random.RandomState(seed + 3).randn(p, p) + 2.0 * np.eye(p)
+    T_inv = np.linalg.inv(T)
+    mapped = centre_margin(theta @ T.T, center @ T.T, np.einsum("ji,krjl,lm->krim", T_inv, G, T_inv))
+    np.testing.assert_allclose(mapped, centre_margin(theta, center, G), atol=1e-7)
+    np.testing.assert_allclose(centre_margin(theta, center, np.broadcast_to(np.eye(p), (K, R, p, p))),
+                               centre_margin(theta, center), atol=1e-12)

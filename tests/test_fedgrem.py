@@ -3,8 +3,9 @@ import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms import make_strategy
+from fedmm.central import central_update
 from fedmm.engine import run_rounds
-from fedmm.algorithms.fedgrem import penalty_schedule, settle_penalty
+from fedmm.algorithms.fedgrem import MARGIN_FLOOR, penalty_schedule, settle_penalty
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.metrics import estimation_errors
@@ -18,13 +19,16 @@ def _start(truth, rng, spread=0.5):
     return MixtureParams(np.full((K, R), 1.0 / R), truth.theta + spread * rng.randn(K, R, p), np.ones((K, R, 1)))
 
 
-def test_infinite_penalty_is_gradient_fedem():
+@pytest.mark.parametrize("centre_margins", [False, True])
+def test_infinite_penalty_is_gradient_fedem(centre_margins):
     """Sec. 2.3: with lambda = +inf FedGrEM is the gradient version of FedEM: every round, local
-    gradient steps, then the server's n_k-weighted mean of the clients' parameters."""
+    gradient steps, then the server's n_k-weighted mean of the clients' parameters (centre margins,
+    fedmm's, leave it so)."""
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    fed = run_rounds(make_strategy("fedgrem", penalty=np.inf, center_restarts=0), family, data, start, 25, 0.0)
+    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, centre_margins=centre_margins)
+    fed = run_rounds(strategy, family, data, start, 25, 0.0)
 
     n_k = data.n_samples.astype(float)
     params, w0 = start, np.maximum(start.weights, 1 / n_k[:, None])
@@ -55,6 +59,49 @@ def test_fully_pooled_clients_meet_at_pooled_ems_fixed_point_with_information_we
     _, stats = family.estep(data, fit.params)
     pooled_m_step = stats.Sx.sum(0) / stats.N.sum(0)[:, None]
     assert np.allclose(fit.params.theta[0], pooled_m_step, rtol=1e-7, atol=1e-9) == meets
+
+
+def test_centre_margins_pool_a_drifted_component_back_onto_its_own_centre():
+    """A client's component that drifted next to another component's centre (margin 0) is left unpooled by
+    the paper's problem; with centre margins it is pooled onto its own centre and counts for nothing in it,
+    and every block counts in the centre by its margin."""
+    rng = np.random.RandomState(0)
+    theta = np.array([[0.0, 0.0], [6.0, 0.0]]) + 0.1 * rng.randn(6, 2, 2)
+    theta[0, 0] = [5.0, 0.5]
+    n_k, lam = np.full(6, 100.0), 5.0
+    solve = dict(weights=None, metric=None, tol=1e-12, max_iter=1000)
+    paper = central_update(theta, n_k, lam, **solve)
+    assert not paper.pooled[0, 0] and paper.pooled[1:].all()
+    guarded, margin = make_strategy("fedgrem", centre_margins=True)._with_margins(paper, theta, n_k, None, lam, solve)
+    assert margin[0, 0] == MARGIN_FLOOR and np.all(margin[1:] > 0.9)
+    assert guarded.pooled.all()
+    np.testing.assert_allclose(guarded.nu[0, 0], guarded.center[0])
+    expected = (margin[:, :, None] * theta).sum(0) / margin.sum(0)[:, None]
+    np.testing.assert_allclose(guarded.center, expected, atol=1e-9)
+    assert np.linalg.norm(guarded.center[0] - theta[1:, 0].mean(0)) < 0.01
+
+
+@pytest.mark.parametrize("weighted, inflated", [(True, False), (False, True)])
+def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflated):
+    """Client 0's component 0 starts on component 1's centre: it takes component 1's samples (margin 0),
+    and is pooled onto component 0's centre. Its variance at that centre (the squared distance between
+    the two, 36) must not enter the pooled variance that the others take: a block counts there by its
+    margin, as in the centre. Counted in full (``weighted=False``) it makes the pooled variance 4.4, not 0.9."""
+    X, truth = make_federated_gmm(4, 200, centers=CENTERS, random_state=3)
+    data, family = FederatedData.from_input(X), GaussianFamily("diag")
+    theta = truth.theta.copy()
+    theta[0, 0] = CENTERS[1] + 0.3
+    start = MixtureParams(truth.weights, theta, np.ones((4, 3, 2)))
+    strategy = make_strategy("fedgrem", centre_margins=True)
+    messages, _ = strategy.client_step(family, data, strategy.client_start(start, data.n_samples.astype(float)),
+                                       strategy.server_start(family, start, data.n_samples.astype(float))[0])
+    if not weighted:  # every block's size in the pooled variance, as before margins
+        margin_free = np.ones((4, 3))
+        strategy._with_margins = lambda central, *a, _f=strategy._with_margins: (_f(central, *a)[0], margin_free)
+    params, central, *_ = strategy._pool(messages, family, 8.0, 8.0, 1, False, 8.0, (np.nan, np.nan, 0.0),
+                                         start.weights)
+    assert central.pooled[:, 0].all()
+    assert (params.scale[1:, 0].max() > 1.6) == inflated
 
 
 def test_information_weights_bound_a_components_pull_on_the_centre():

@@ -19,7 +19,7 @@ from numba import vectorize
 from scipy.stats import chi2
 from sklearn.exceptions import ConvergenceWarning
 
-from ..central import CentralResult, central_update, pooling_share
+from ..central import CentralResult, central_update, centre_margin, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..tuning import client_median, sure_penalty
@@ -275,6 +275,12 @@ class FedGrEM(GradientStrategy):
         client's covariance is pooled when it is near the consensus whether or
         not its mean is; tied covariances and shared noise variances, one per
         client, are pooled as one group per client.
+    centre_margins : bool
+        True (experimental; ``docs/fedgrem.md``, "Centre margins"): every block enters
+        the central problem scaled by its margin, how clearly it is nearer its own component's centre
+        than any other's (:meth:`_with_margins`): a client's component that has drifted to another's
+        centre is pooled back onto its own and counts for nothing in it. False (the default) gives the
+        paper's problem.
     central_tol, central_max_iter
         Tolerance and cap of the central problem's alternating minimization.
     """
@@ -296,8 +302,10 @@ class FedGrEM(GradientStrategy):
     default_pooling_sizes = "information"
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, central_tol=1e-10, central_max_iter=1000):
+                 pooling_sizes="auto", pool_variances=True, centre_margins=False, central_tol=1e-10,
+                 central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
+        self.centre_margins = centre_margins
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
         self.pooling_sizes = self.default_pooling_sizes if pooling_sizes == "auto" else pooling_sizes
@@ -354,6 +362,9 @@ class FedGrEM(GradientStrategy):
             lam, memory = settle_penalty(lam, pilot, memory)
             if lam != pilot:
                 central = central_update(theta, sizes, lam, **solve)
+        margin = np.ones(theta.shape[:2])
+        if self.centre_margins and np.isfinite(lam):
+            central, margin = self._with_margins(central, theta, sizes, weights, lam, solve)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -370,9 +381,40 @@ class FedGrEM(GradientStrategy):
             scale, scale_pooled = robust_scale(family, scale, sizes, lam_scale, messages.theta.shape[-1],
                                                tol=self.central_tol, max_iter=self.central_max_iter)
         elif self.pool_variances and family.scale_per_component:
-            scale = pool_variances(scale, messages.stats.N, pooling_share(central))
+            # A block counts in the pooled variance as in the centre: by its margin.
+            scale = pool_variances(scale, messages.stats.N * margin, pooling_share(central))
             scale_pooled = central.pooled
         return MixtureParams(messages.weights, nu, scale), central, sigma, scale_pooled, warned, lam, memory
+
+    def _with_margins(self, central, theta, sizes, weights, lam, solve):
+        """The central problem solved again with every block's size and weight scaled by its margin
+        (:func:`fedmm.central.centre_margin`) at the first solution's centres.
+
+        fedmm's, beyond the paper. The central problem treats ``theta_tilde_kr`` as client ``k``'s
+        estimate of component ``r``; one that has drifted towards another component's centre (a
+        component the client barely has, taken over by the samples of a neighbour: label-skewed
+        clients) is not evidence that the client's component ``r`` differs, and the paper's threshold
+        would let it keep that estimate, which the next E-step reinforces. Scaled by its margin ``m``,
+        such a block counts ``m`` times its weight in the centre and is pooled at ``1 / sqrt(m)`` times
+        its threshold: at ``m = 0`` it counts for nothing and is pooled onto its own component's
+        centre. A far block's pull on the centre, weight times threshold, shrinks as ``sqrt(m)``, so
+        an outlier client's is bounded as before. Continuous in the estimates (a hard switch at
+        ``m = 0`` made blocks on the boundary flip every few rounds: sklearn's digits, 1,000 rounds
+        unconverged). Not applied at ``lambda = inf``, where every block is pooled and the centre is
+        the paper's gradient FedEM average (Sec. 2.3).
+
+        Each block counts by its margin in the pooled variance too (:func:`pool_variances`): counted in
+        full, an adversary pooled onto the honest centres brought its variance into theirs and merged two
+        honest components (``tests/test_adversarial.py``, "shift": error 44.9 against 0.12). Off by
+        default: it costs adaptivity where clients truly differ, and the rounds do not always settle
+        (``docs/fedgrem.md``, "Centre margins").
+        """
+        margin = np.maximum(centre_margin(theta, central.center, solve["metric"]), MARGIN_FLOOR)
+        if (margin == 1.0).all():
+            return central, margin
+        blocks = np.broadcast_to(np.reshape(sizes, (len(theta), -1)), margin.shape)
+        weights = blocks if weights is None else weights
+        return central_update(theta, blocks * margin, lam, **{**solve, "weights": weights * margin}), margin
 
     def _blocks(self, n_k, w0):
         """Each block's size and weight in the central problem (:func:`fedmm.central.central_update`):
@@ -474,6 +516,10 @@ class FedGrEM(GradientStrategy):
         gain = _penalized_loglik(trial) - _penalized_loglik(before)
         return gain > 0.5 * chi2.ppf(0.95, before.params.theta.shape[-1])
 
+
+#: The least margin a block enters the central problem with (:meth:`FedGrEM._with_margins`): relative to its
+#: size, so that a component every client holds on another's centre still has a centre (their plain mean).
+MARGIN_FLOOR = 1e-12
 
 #: Level of the outlier test per client (:func:`outlier_scores`).
 OUTLIER_LEVEL = 0.01
