@@ -105,3 +105,10 @@ def test_covariance_starts_quick(capsys):
     sample when full covariances were whitened."""
     assert _load("covariance_starts").main(["--quick"]) == 0
     assert "passed" in capsys.readouterr().out
+
+
+def test_centre_margins_quick(capsys):
+    """The paired comparison runs end to end (two replications of the quick cases); the numbers are the
+    full run's, in docs/fedgrem.md."""
+    assert _load("centre_margins").main(["--quick"]) == 0
+    assert "| GMM design, h = 0 | 2 |" in capsys.readouterr().out
