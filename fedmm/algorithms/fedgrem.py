@@ -362,7 +362,7 @@ class FedGrEM(GradientStrategy):
             lam, memory = settle_penalty(lam, pilot, memory)
             if lam != pilot:
                 central = central_update(theta, sizes, lam, **solve)
-        margin = np.ones(theta.shape[:2])
+        margin = 1.0
         if self.centre_margins and np.isfinite(lam):
             central, margin = self._with_margins(central, theta, sizes, weights, lam, solve)
         if not central.converged and not warned:
@@ -390,10 +390,10 @@ class FedGrEM(GradientStrategy):
         """The central problem solved again with every block's size and weight scaled by its margin
         (:func:`fedmm.central.centre_margin`) at the first solution's centres.
 
-        fedmm's, beyond the paper. The central problem treats ``theta_tilde_kr`` as client ``k``'s
-        estimate of component ``r``; one that has drifted towards another component's centre (a
-        component the client barely has, taken over by the samples of a neighbour: label-skewed
-        clients) is not evidence that the client's component ``r`` differs, and the paper's threshold
+        fedmm's, beyond the paper. The central problem (Algorithm 1; App. B.1, eq. (6)) treats
+        ``theta_tilde_kr`` as client ``k``'s estimate of component ``r``; one that has drifted towards
+        another component's centre (a component the client barely has, taken over by the samples of a
+        neighbour: label-skewed clients) is not evidence that the client's component ``r`` differs, and the paper's threshold
         would let it keep that estimate, which the next E-step reinforces. Scaled by its margin ``m``,
         such a block counts ``m`` times its weight in the centre and is pooled at ``1 / sqrt(m)`` times
         its threshold: at ``m = 0`` it counts for nothing and is pooled onto its own component's
