@@ -33,16 +33,12 @@ def design_errors(model, h, seed):
     return [error(make({"centre_margins": m}).fit(*parts)) for m in (False, True)]
 
 
-def split_errors(X, labels, n_clients, alpha, eps, seed, minimum, n_init=3):
+def split_errors(X, labels, n_clients, alpha, eps, seed):
     """Mis-clustering of the honest clients' test sets, defaults and centre margins (realdata.py's protocol)."""
     R = len(np.unique(labels))
     owner = rd.random_owners(labels, n_clients, alpha, np.random.RandomState(seed))
-    rng = np.random.RandomState(seed)
-    train, test = rd.train_test(owner, rng, minimum=minimum)
-    X_train, bad = rd.contaminate([X[i] for i in train], eps, rng)
-    honest = [k for k in range(len(train)) if k not in bad]
-    X_test = [X[i] for i in test]
-    return [rd.score(labels, test, FederatedGaussianMixture(R, n_init=n_init, random_state=seed, centre_margins=m)
+    X_train, X_test, test, honest = rd.federated_split(X, owner, R, eps, seed)
+    return [rd.score(labels, test, FederatedGaussianMixture(R, n_init=3, random_state=seed, centre_margins=m)
                      .fit(X_train).predict(X_test), honest) for m in (False, True)]
 
 
@@ -55,11 +51,11 @@ def cases(quick, reps):
     for alpha, split in ((0.5, "label-skewed"), (None, "IID")):
         for eps in ((0.0,) if quick else (0.0, 0.1, 0.2)):
             yield (f"digits, {split}, eps = {eps:g}", reps,
-                   lambda seed, a=alpha, e=eps: split_errors(X, labels, 10, a, e, seed, minimum=20))
+                   lambda seed, a=alpha, e=eps: split_errors(X, labels, 10, a, e, seed))
     for name, (S, c, K) in rd.small_sets().items():
         for alpha, split in ((0.5, "label-skewed"), (None, "IID")):
             yield (f"{name}, {split}", max(1, reps // 2),
-                   lambda seed, S=S, c=c, K=K, a=alpha: split_errors(S, c, K, a, 0.0, seed, 2 * len(np.unique(c))))
+                   lambda seed, S=S, c=c, K=K, a=alpha: split_errors(S, c, K, a, 0.0, seed))
 
 
 def main(argv=None):

@@ -127,12 +127,18 @@ def score(labels, test, predicted, honest):
                               np.concatenate([predicted[k] for k in honest]))
 
 
-def gmm_row(X, labels, owner, R, eps, seed, n_init):
+def federated_split(X, owner, R, eps, seed):
+    """The protocol's split for one replication: training sets (a fraction ``eps`` of the clients
+    contaminated), test sets, the test indices and the honest clients. Clients with fewer than ``2 R``
+    samples take no part."""
     rng = np.random.RandomState(seed)
     train, test = train_test(owner, rng, minimum=2 * R)
     X_train, bad = contaminate([X[i] for i in train], eps, rng)
-    honest = [k for k in range(len(train)) if k not in bad]
-    X_test = [X[i] for i in test]
+    return X_train, [X[i] for i in test], test, [k for k in range(len(train)) if k not in bad]
+
+
+def gmm_row(X, labels, owner, R, eps, seed, n_init):
+    X_train, X_test, test, honest = federated_split(X, owner, R, eps, seed)
     row = {}
     for name, options in METHODS.items():
         gm = FederatedGaussianMixture(R, method=name.split()[0], n_init=n_init, random_state=seed, **options)
