@@ -79,8 +79,10 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
+from scipy.stats import chi2
 
-__all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "SOLVERS"]
+__all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "between_variance", "linear_shrinkage",
+           "SOLVERS"]
 
 
 class CentralResult(NamedTuple):
@@ -97,7 +99,8 @@ class CentralResult(NamedTuple):
     distance : ndarray of shape (K, R)
         ``||theta_k - nu_bar||`` (in the metric, if given): how far each client's input was from the centre.
     threshold : ndarray of shape (K, R)
-        ``lambda / sqrt(n_k)``: the distance below which a client's component is pooled.
+        ``lambda / sqrt(n_k)``: the distance below which a client's component is pooled, and by which an
+        unpooled one moves towards the centre (after :func:`linear_shrinkage`, the distance each moved).
     n_iter : int
         Alternating-minimization rounds used.
     converged : bool
@@ -152,6 +155,99 @@ def centre_margin(theta, center, metric=None):
     with np.errstate(divide="ignore", invalid="ignore"):
         reach = np.where(D > 0, np.clip(2.0 - near / D, 0.0, 1.0), 0.0)
         return np.where(reach * own == 0, 1.0, np.clip(1.0 - reach * own / near, 0.0, 1.0))
+
+
+def between_variance(distance, N, p, trim):
+    """``tau_r^2`` (R,): the spread of the clients' components around their centre beyond their noise, per
+    coordinate (fedmm's, for :func:`linear_shrinkage`).
+
+    In noise units a client's estimate ``theta_tilde_kr`` of a component it holds ``N_kr`` samples of is
+    ``theta_kr + e``, ``E ||e||^2 = p / N_kr`` (:func:`fedmm.tuning.sure_penalty`), and the clients' own
+    ``theta_kr`` spread around the centre by ``tau_r^2`` per coordinate (the paper's ``h^2 / p`` on its
+    design, Sec. 4.1), so ``E d_kr^2 / p = tau_r^2 + 1 / N_kr``. The moment estimate weighs block ``kr`` by
+    ``N_kr``, ``tau_r^2 = max(0, sum_k (N_kr d_kr^2 / p - 1) / sum_k N_kr)``, over the blocks with
+    ``N_kr >= 1`` (a nearly empty component hardly moves from where it was put, and its ``1 / N_kr`` would
+    decide), leaving out the ``floor(trim K)`` clients with the largest ``N_kr d_kr^2 / p`` (outliers,
+    whose spread is not the others'). 0 where no block counts.
+
+    Parameters
+    ----------
+    distance : ndarray of shape (K, R)
+        ``d_kr = ||theta_tilde_kr - nu_bar_r||`` in noise units (in the metric, if any).
+    N : ndarray of shape (K, R)
+        The blocks' sizes ``N_kr``.
+    p : int
+        Parameters per component.
+    trim : float
+    """
+    N = np.asarray(N, dtype=float)
+    excess = np.where(N >= 1, N * distance ** 2 / p - 1.0, -np.inf)
+    keep = np.argsort(excess, axis=0)[:len(N) - int(np.floor(trim * len(N)))]
+    excess, N = np.take_along_axis(excess, keep, 0), np.take_along_axis(N, keep, 0)
+    counted = np.isfinite(excess)
+    total = np.where(counted, N, 0.0).sum(axis=0)
+    tau2 = np.where(counted, excess, 0.0).sum(axis=0) / np.where(total > 0, total, 1.0)
+    return np.maximum(tau2, 0.0)
+
+
+#: The consistency test of :func:`linear_shrinkage`: blocks whose ``z`` is below the ``chi2_p`` quantile at
+#: the first level, divided by ``p``, are shrunk linearly; beyond the second, soft-thresholded; in between,
+#: a mix of the two.
+CONSISTENT_LEVELS = (0.99, 0.9999)
+
+
+def linear_shrinkage(central, theta, N, metric=None, trim=0.2):
+    """Every client's component shrunk towards the centre by the empirical Bayes factor of its noise and the
+    clients' spread, in place of the soft threshold (fedmm's, beyond the paper; ``shrinkage="linear"``).
+
+    With ``d_kr`` the block's distance to the robust centre ``nu_bar_r`` of ``central`` (the Huber centre of
+    the central problem, Algorithm 1), ``v_kr = 1 / N_kr`` its noise and ``tau_r^2`` the clients' spread
+    (:func:`between_variance`), the posterior mean of ``theta_kr`` under a normal spread of the clients
+    around the centre is ``nu_bar_r + f_kr (theta_tilde_kr - nu_bar_r)``,
+    ``f_kr = tau_r^2 / (tau_r^2 + v_kr)`` (the heteroscedastic James-Stein / Efron-Morris estimator; Xie, Kou &
+    Brown, JASA 2012): a component of few samples moves most of the way, all of it when the clients do not
+    differ (``tau = 0``), and one of many keeps most of its own estimate when they do. The soft threshold
+    shrinks every block by the same distance ``lambda / sqrt(n_k)``, too little where the estimate is noise
+    and too much where the difference is real (on the paper's design, docs/fedgrem.md).
+
+    A block the normal spread does not explain, ``z_kr = d_kr^2 / (p (tau_r^2 + v_kr))`` beyond the
+    :data:`CONSISTENT_LEVELS` quantiles of ``chi2_p / p`` (an outlier client), keeps the soft threshold's
+    solution, which the paper's robustness rests on (Sec. 2.3); continuously in ``z`` between the two levels,
+    so that the rounds can settle.
+
+    Parameters
+    ----------
+    central : CentralResult
+        The central problem's solution at the round's ``lambda``.
+    theta : ndarray of shape (K, R, p)
+        The clients' estimates ``theta_tilde`` (noise units).
+    N : ndarray of shape (K, R)
+        The blocks' sizes ``N_kr``.
+    metric : ndarray of shape (K, R, p, p), optional
+        As for :func:`central_update`.
+    trim : float
+        As for :func:`between_variance`.
+
+    Returns
+    -------
+    CentralResult
+        ``central`` with the clients' parameters ``nu``, ``pooled``, and as ``threshold`` the distance each
+        block moved (``s_kr d_kr``, so that :func:`pooling_share` is the new rule's share ``s_kr`` and
+        ``d_kr - threshold_kr`` each block's distance from the centre, as after the soft threshold).
+    """
+    p = theta.shape[-1]
+    N = np.broadcast_to(np.asarray(N, dtype=float), central.distance.shape)
+    tau2 = between_variance(central.distance, N, p, trim)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = 1.0 / N
+        f = np.where(N > 0, tau2 / (tau2 + v), 0.0)
+        z = np.where(N > 0, central.distance ** 2 / (p * (tau2 + v)), 0.0)
+    lo, hi = chi2.ppf(CONSISTENT_LEVELS, p) / p
+    consistent = np.clip((hi - z) / (hi - lo), 0.0, 1.0)
+    share = consistent * (1.0 - f) + (1.0 - consistent) * pooling_share(central)
+    pooled = share == 1.0
+    nu = np.where(pooled[..., None], central.center, theta - share[..., None] * (theta - central.center))
+    return central._replace(nu=nu, pooled=pooled, threshold=share * central.distance)
 
 
 def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls", tol=1e-10, max_iter=1000):

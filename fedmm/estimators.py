@@ -22,7 +22,7 @@ from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
 from .algorithms._base import ETA_RULES
 from .algorithms.dfedem import GRAPHS, MIXINGS
 from .algorithms.federico import LOSSES as FEDERICO_LOSSES
-from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, FedGrEM
+from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, SHRINKAGES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData, check_component_sizes, check_components, check_empty_components
 from .clients import LocalClients, fit_weights
@@ -57,6 +57,7 @@ _SHARED_CONSTRAINTS = {
     "pooling_sizes": P.one_of(*POOLING_SIZES),
     "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
     "centre_margins": P.boolean,
+    "shrinkage": P.one_of(*SHRINKAGES),
     "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
     "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
     "mixing": P.one_of(*MIXINGS),
@@ -90,7 +91,7 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
     #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
     _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "centre_margins", "tgmm_lambda", "graph", "mixing", "n_gossip",
+                       "pool_variances", "centre_margins", "shrinkage", "tgmm_lambda", "graph", "mixing", "n_gossip",
                        "federico_neighbors",
                        "federico_epsilon", "federico_beta", "federico_loss", "coupling", "threshold0", "threshold_min",
                        "participation", "dropout")
@@ -659,6 +660,15 @@ _SHARED_PARAMS_DOC = """
         truly differs towards another's, and does not always settle, so it is
         off by default; False is the paper's central problem
         (``docs/fedgrem.md``, "Centre margins").
+    shrinkage : {"soft", "linear"}, default="soft"
+        FedGrEM and d-FedGrEM: how the clients' components move towards the
+        centre. "soft", the paper's group soft threshold; "linear" (fedmm's),
+        each by the empirical Bayes factor ``tau^2 / (tau^2 + 1 / N_kr)`` of its
+        own noise and the clients' spread ``tau^2`` around the centre,
+        estimated every round, with outlying clients left to the soft
+        threshold (:func:`fedmm.central.linear_shrinkage`). Better on the
+        paper's simulated designs at every ``h``, not on real data
+        (``docs/fedgrem.md``, "Linear shrinkage").
     tgmm_lambda : float, default=0.4
         TGMM: weight of each other client's start in the penalized M-step.
     graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
@@ -752,7 +762,8 @@ _SHARED_ATTRS_DOC = """
         FedGrEM only: ``lambda_T / (sqrt(n_k) max(1, w_kr R))`` at the starting
         weights with ``pooling_sizes="information"`` (the default), ``lambda_T /
         sqrt(n_k)`` with ``"client"``, ``/ sqrt(n_k w_kr R)`` with
-        ``"component"``: the pooling distance.
+        ``"component"``: the pooling distance. With ``shrinkage="linear"``, the
+        distance each client's component moved towards the centre.
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: how far each client's estimates are from the consensus,
         against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);
@@ -831,7 +842,7 @@ class FederatedGaussianMixture(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
                  max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
                  penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="auto",
-                 pool_variances=True, centre_margins=False,
+                 pool_variances=True, centre_margins=False, shrinkage="soft",
                  tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
                  federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
                  threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6,
@@ -853,6 +864,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
         self.centre_margins = centre_margins
+        self.shrinkage = shrinkage
         self.tgmm_lambda = tgmm_lambda
         self.graph = graph
         self.mixing = mixing
@@ -1047,7 +1059,8 @@ class FederatedMixtureRegression(_FederatedMixture):
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
                  eta_rule="safeguarded", penalty="sure-floored", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, centre_margins=False, tgmm_lambda=0.4, graph="erdos-renyi",
+                 pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft", tgmm_lambda=0.4,
+                 graph="erdos-renyi",
                  mixing="fastest",
                  n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
                  coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,
@@ -1071,6 +1084,7 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
         self.centre_margins = centre_margins
+        self.shrinkage = shrinkage
         self.tgmm_lambda = tgmm_lambda
         self.graph = graph
         self.mixing = mixing

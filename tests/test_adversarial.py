@@ -72,6 +72,16 @@ def test_centre_margins_keep_honest_clients_under_attack(kind, n_bad):
     check_attack(kind, n_bad, seed=0, centre_margins=True)
 
 
+@pytest.mark.parametrize("n_bad", [1, 3])
+@pytest.mark.parametrize("kind", ATTACKS)
+def test_linear_shrinkage_keeps_honest_clients_under_attack(kind, n_bad):
+    """Linear shrinkage (an option) keeps the honest clients as the soft threshold does: the adversaries are
+    trimmed from the clients' spread, and their blocks, which the spread does not explain, keep the soft
+    threshold's solution, so they neither set how far the honest clients pool nor enter the pooled
+    variance."""
+    check_attack(kind, n_bad, seed=0, shrinkage="linear")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(1, 6))
 @pytest.mark.parametrize("kind", ATTACKS)

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from fedmm.central import central_update, centre_margin, pooling_share
+from fedmm.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
+                           pooling_share)
+from scipy.stats import chi2
 
 problems = st.tuples(st.integers(2, 8), st.integers(1, 3), st.integers(1, 4), st.integers(0, 10 ** 6),
                      st.sampled_from([0.1, 1.0, 5.0, 30.0]), st.booleans())
@@ -342,3 +344,84 @@ def test_centre_margin_in_a_metric_does_not_depend_on_linear_maps(args):
     np.testing.assert_allclose(mapped, centre_margin(theta, center, G), atol=1e-7)
     np.testing.assert_allclose(centre_margin(theta, center, np.broadcast_to(np.eye(p), (K, R, p, p))),
                                centre_margin(theta, center), atol=1e-12)
+
+
+def _spread(K, R, p, tau2, N, seed):
+    """Clients' estimates around a centre at 0: a spread tau2 per coordinate plus noise 1 / N."""
+    rng = np.random.RandomState(seed)
+    return rng.randn(K, R, p) * np.sqrt(tau2 + 1.0 / N)[..., None]
+
+
+def test_between_variance_recovers_the_spread_and_trims_an_outlier():
+    """E d^2 / p = tau^2 + 1 / N_kr: the N-weighted moment estimate is within its sampling error of tau^2
+    (sd about sqrt(2 / (p K)) (tau^2 + 1 / N), 0.02 here; 4 sd allowed), 0 when the clients differ by noise
+    only (clipped), and the outlier client, trimmed, does not count."""
+    K, R, p = 60, 2, 10
+    N = np.random.RandomState(0).randint(20, 60, size=(K, R)).astype(float)
+    for tau2 in (0.0, 0.1, 0.4):
+        theta = _spread(K, R, p, tau2, N, seed=1)
+        theta[0] += 50.0
+        d = np.linalg.norm(theta, axis=-1)
+        sd = np.sqrt(2.0 / (p * K)) * (tau2 + 1.0 / N.mean())
+        np.testing.assert_allclose(between_variance(d, N, p, trim=0.1), tau2, atol=4 * sd + (tau2 == 0) * 0.01)
+    assert between_variance(d, N, p, trim=0.0)[0] > 5.0     # untrimmed, the outlier decides
+
+
+def test_between_variance_leaves_out_nearly_empty_blocks():
+    """A block of N_kr < 1 (a component the client hardly holds) would subtract its noise 1 / N_kr: it does not
+    count, and a component no client holds has no spread."""
+    d, p = np.array([[1.0, 0.0], [1.2, 0.0], [0.0, 0.0]]), 4
+    N = np.array([[10.0, 0.5], [10.0, 0.1], [1e-9, 0.0]])
+    np.testing.assert_allclose(between_variance(d, N, p, trim=0.0), [(10 * (1.0 + 1.44) / p - 2) / 20, 0.0])
+
+
+def test_linear_shrinkage_is_the_empirical_bayes_factor_and_leaves_outliers_to_the_threshold():
+    """A block the spread explains moves to nu_bar + tau^2 / (tau^2 + 1 / N) (theta - nu_bar); one far beyond
+    it (z past the upper level) keeps the soft threshold's solution; pooling_share and the distance left
+    to the centre describe the new solution."""
+    K, R, p = 30, 1, 5
+    N = np.full((K, R), 40.0)
+    theta = _spread(K, R, p, 0.1, N, seed=2)
+    theta[0] += 20.0
+    soft = central_update(theta, np.full(K, 40.0), 2.0)
+    tau2 = between_variance(soft.distance, N, p, 0.2)
+    lin = linear_shrinkage(soft, theta, N, trim=0.2)
+    z = soft.distance ** 2 / (p * (tau2 + 1 / 40.0))
+    inside = z < chi2.ppf(CONSISTENT_LEVELS[0], p) / p
+    assert inside.sum() >= K - 3 and not inside[0, 0]
+    f = tau2 / (tau2 + 1 / 40.0)
+    np.testing.assert_allclose(lin.nu[inside], (soft.center + f * (theta - soft.center))[inside], atol=1e-12)
+    np.testing.assert_allclose(lin.nu[0], soft.nu[0], atol=1e-12)
+    np.testing.assert_allclose(lin.center, soft.center)
+    np.testing.assert_allclose(np.linalg.norm(lin.nu - lin.center, axis=-1), lin.distance - lin.threshold,
+                               atol=1e-12)
+    np.testing.assert_allclose(lin.nu, theta - pooling_share(lin)[..., None] * (theta - lin.center), atol=1e-12)
+
+
+def test_linear_shrinkage_pools_clients_that_differ_by_noise_only():
+    """tau^2 = 0: every block the noise explains sits exactly on the centre, pooled."""
+    K, R, p = 12, 2, 3
+    N = np.full((K, R), 50.0)
+    theta = np.zeros((K, R, p))
+    theta[:, :, 0] = np.where(np.arange(K) % 2, 1.0, -1.0)[:, None] * np.sqrt(p / 50.0) * 0.5
+    lin = linear_shrinkage(central_update(theta, np.full(K, 50.0), 0.5), theta, N, trim=0.2)
+    assert lin.pooled.all()
+    np.testing.assert_allclose(lin.nu, np.broadcast_to(lin.center, theta.shape))
+
+
+@given(args=problems, metric=st.booleans(), random=st.randoms(use_true_random=False))
+def test_linear_shrinkage_follows_an_order_of_the_clients_and_components(args, metric, random):
+    K, R, p, seed, lam, equal = args
+    theta, n_k = _problem(K, R, p, seed, equal)
+    N = n_k[:, None] * np.random.RandomState(seed).dirichlet(np.ones(R), size=K)
+    G = _metric(K, R, p, seed) if metric else None
+    clients, components = random.sample(range(K), K), random.sample(range(R), R)
+
+    def solve(t, n, w, g):
+        return linear_shrinkage(central_update(t, n, lam, weights=w, metric=g), t, w, g, trim=0.2)
+
+    lin = solve(theta, n_k, N, G)
+    moved = solve(theta[clients][:, components], n_k[clients], N[clients][:, components],
+                  None if G is None else G[clients][:, components])
+    np.testing.assert_allclose(moved.nu, lin.nu[clients][:, components], atol=1e-7)
+    assert np.all((pooling_share(lin) >= 0) & (pooling_share(lin) <= 1))

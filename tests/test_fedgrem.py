@@ -19,15 +19,15 @@ def _start(truth, rng, spread=0.5):
     return MixtureParams(np.full((K, R), 1.0 / R), truth.theta + spread * rng.randn(K, R, p), np.ones((K, R, 1)))
 
 
-@pytest.mark.parametrize("centre_margins", [False, True])
-def test_infinite_penalty_is_gradient_fedem(centre_margins):
+@pytest.mark.parametrize("options", [{}, {"centre_margins": True}, {"shrinkage": "linear"}])
+def test_infinite_penalty_is_gradient_fedem(options):
     """Sec. 2.3: with lambda = +inf FedGrEM is the gradient version of FedEM: every round, local
-    gradient steps, then the server's n_k-weighted mean of the clients' parameters (centre margins,
-    fedmm's, leave it so)."""
+    gradient steps, then the server's n_k-weighted mean of the clients' parameters (centre margins and
+    linear shrinkage, fedmm's, leave it so)."""
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, centre_margins=centre_margins)
+    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, **options)
     fed = run_rounds(strategy, family, data, start, 25, 0.0)
 
     n_k = data.n_samples.astype(float)

@@ -68,7 +68,7 @@ class DFedGrEM(FedGrEM):
     graph : {"complete", "ring", "torus", "erdos-renyi"}, array-like of shape (K, K), or callable
         The communication graph, as for D-FedEM (:func:`fedmm.algorithms.dfedem.mixing_schedule`); only its
         support matters.
-    C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances, centre_margins
+    C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances, centre_margins, shrinkage
         As for :class:`~fedmm.algorithms.fedgrem.FedGrEM`, per neighbourhood. A client's restart from the
         consensus starts from its own neighbourhood's.
     central_tol, central_max_iter
@@ -84,10 +84,10 @@ class DFedGrEM(FedGrEM):
     default_pooling_sizes = "client"
 
     def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None,
-                 center_restarts=1, pooling_sizes="auto", pool_variances=True, centre_margins=False, central_tol=1e-10,
-                 central_max_iter=1000, random_state=None):
+                 center_restarts=1, pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft",
+                 central_tol=1e-10, central_max_iter=1000, random_state=None):
         super().__init__(C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances,
-                         centre_margins, central_tol, central_max_iter)
+                         centre_margins, shrinkage, central_tol, central_max_iter)
         self.graph = graph
         self.random_state = random_state
 

@@ -19,7 +19,7 @@ from numba import vectorize
 from scipy.stats import chi2
 from sklearn.exceptions import ConvergenceWarning
 
-from ..central import CentralResult, central_update, centre_margin, pooling_share
+from ..central import CentralResult, central_update, centre_margin, linear_shrinkage, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..tuning import client_median, sure_penalty
@@ -29,6 +29,7 @@ PENALTIES = ("paper", "sure", "sure-floored", "theory")
 #: The penalties chosen every round by SURE (:func:`fedmm.tuning.sure_penalty`).
 SURE_PENALTIES = ("sure", "sure-floored")
 POOLING_SIZES = ("auto", "client", "component", "information")
+SHRINKAGES = ("soft", "linear")
 
 
 def penalty_schedule(penalty, penalty_params, p, K, n):
@@ -181,7 +182,8 @@ class Consensus(NamedTuple):
     distance : ndarray of shape (K, R)
         ``||theta_tilde_kr - nu_bar_r||`` in noise units.
     threshold : ndarray of shape (K, R)
-        The pooling distance ``lambda_T / sqrt(n_k)`` (or per-component sizes).
+        The pooling distance ``lambda_T / sqrt(n_k)`` (or per-component sizes); with ``shrinkage="linear"``,
+        the distance each block moved towards the centre (:func:`fedmm.central.linear_shrinkage`).
     sqrt_n_lambda : ndarray of shape (K, 1)
         ``sqrt(n_k) lambda_T``: ``n_k`` times the client's threshold.
     pooled_scale : ndarray of shape (K, R), bool
@@ -281,6 +283,12 @@ class FedGrEM(GradientStrategy):
         than any other's (:meth:`_with_margins`): a client's component that has drifted to another's
         centre is pooled back onto its own and counts for nothing in it. False (the default) gives the
         paper's problem.
+    shrinkage : {"soft", "linear"}
+        How the clients' components move towards the centre: "soft" (the default), the paper's group
+        soft threshold (Algorithm 1, eq. (6)); "linear" (fedmm's; ``docs/fedgrem.md``, "Linear
+        shrinkage"), each by the empirical Bayes factor of its own noise and the clients' spread
+        around the centre, estimated every round (:func:`fedmm.central.linear_shrinkage`); the
+        centre and the treatment of outlying clients stay the paper's.
     central_tol, central_max_iter
         Tolerance and cap of the central problem's alternating minimization.
     """
@@ -302,10 +310,13 @@ class FedGrEM(GradientStrategy):
     default_pooling_sizes = "information"
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, centre_margins=False, central_tol=1e-10,
+                 pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft", central_tol=1e-10,
                  central_max_iter=1000):
         super().__init__(C_eta, eta_rule)
         self.centre_margins = centre_margins
+        if shrinkage not in SHRINKAGES:
+            raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {shrinkage!r}.")
+        self.shrinkage = shrinkage
         if pooling_sizes not in POOLING_SIZES:
             raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
         self.pooling_sizes = self.default_pooling_sizes if pooling_sizes == "auto" else pooling_sizes
@@ -365,6 +376,9 @@ class FedGrEM(GradientStrategy):
         margin = 1.0
         if self.centre_margins and np.isfinite(lam):
             central, margin = self._with_margins(central, theta, sizes, weights, lam, solve)
+        if self.shrinkage == "linear" and np.isfinite(lam):
+            # Each block's noise is that of its pass's start, like its step and its weight in the centre.
+            central = linear_shrinkage(central, theta, messages.n[:, None] * w0, solve["metric"], SPREAD_TRIM)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -520,6 +534,12 @@ class FedGrEM(GradientStrategy):
 #: The least margin a block enters the central problem with (:meth:`FedGrEM._with_margins`): relative to its
 #: size, so that a component every client holds on another's centre still has a centre (their plain mean).
 MARGIN_FLOOR = 1e-12
+
+#: The share of the clients left out of the clients' spread (:meth:`FedGrEM._pool` with ``shrinkage="linear"``,
+#: :func:`fedmm.central.between_variance`): the theory's bound on the adversaries' share, ``eps < 1/3``
+#: (Theorem A.8). With 20% (``fedmm.tuning.TRIM``), the third of three adversaries in ten clients stayed in,
+#: the spread grew, and the honest clients pooled less (``tests/test_adversarial.py``, "shift": 0.41).
+SPREAD_TRIM = 1.0 / 3.0
 
 #: Level of the outlier test per client (:func:`outlier_scores`).
 OUTLIER_LEVEL = 0.01
