@@ -81,6 +81,8 @@ import numpy as np
 from numba import njit, prange
 from scipy.stats import chi2
 
+from .tuning import kept_clients, noise_ratios
+
 __all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "between_variance", "linear_shrinkage",
            "SOLVERS"]
 
@@ -165,10 +167,13 @@ def between_variance(distance, N, p, trim):
     ``theta_kr + e``, ``E ||e||^2 = p / N_kr`` (:func:`fedmm.tuning.sure_penalty`), and the clients' own
     ``theta_kr`` spread around the centre by ``tau_r^2`` per coordinate (the paper's ``h^2 / p`` on its
     design, Sec. 4.1), so ``E d_kr^2 / p = tau_r^2 + 1 / N_kr``. The moment estimate weighs block ``kr`` by
-    ``N_kr``, ``tau_r^2 = max(0, sum_k (N_kr d_kr^2 / p - 1) / sum_k N_kr)``, over the blocks with
-    ``N_kr >= 1`` (a nearly empty component hardly moves from where it was put, and its ``1 / N_kr`` would
-    decide), leaving out the ``floor(trim K)`` clients with the largest ``N_kr d_kr^2 / p`` (outliers,
-    whose spread is not the others'). 0 where no block counts.
+    ``N_kr``, ``tau_r^2 = max(0, sum_k (N_kr d_kr^2 / p - 1) / sum_k N_kr)``, over the blocks that count
+    (:func:`fedmm.tuning.noise_ratios`: ``N_kr >= 1``), leaving out in each component the ``floor(trim K)``
+    clients with the largest ``N_kr d_kr^2 / p`` (outliers, whose spread is not the others'). Per component,
+    not per client as SURE's penalty trims (:func:`fedmm.tuning.alike_clients`): with whole clients left out,
+    a component that had wandered on a client the trim kept stayed in that component's spread, and the MoR
+    design at ``h = 2`` went from 3.22 to 3.37 (20 seeds, two of them from 3.1 to 4.2). 0 where no block
+    counts.
 
     Parameters
     ----------
@@ -181,8 +186,9 @@ def between_variance(distance, N, p, trim):
     trim : float
     """
     N = np.asarray(N, dtype=float)
-    excess = np.where(N >= 1, N * distance ** 2 / p - 1.0, -np.inf)
-    keep = np.argsort(excess, axis=0)[:len(N) - int(np.floor(trim * len(N)))]
+    ratio, counted = noise_ratios(distance, N, p)
+    excess = np.where(counted, ratio - 1.0, -np.inf)
+    keep = np.stack([kept_clients(-column, trim) for column in excess.T], axis=1)
     excess, N = np.take_along_axis(excess, keep, 0), np.take_along_axis(N, keep, 0)
     counted = np.isfinite(excess)
     total = np.where(counted, N, 0.0).sum(axis=0)

@@ -35,9 +35,9 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "kept_clients",
-           "first_best", "client_median", "client_seeds", "client_fold", "client_folds", "fold_sizes", "trimmed_mean",
-           "select_penalty", "paired_differences", "one_standard_error"]
+__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "noise_ratios",
+           "alike_clients", "kept_clients", "first_best", "client_median", "client_seeds", "client_fold", "client_folds",
+           "fold_sizes", "trimmed_mean", "select_penalty", "paired_differences", "one_standard_error"]
 
 #: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
 #: the default with its floor at four times the paper's schedule (``C = 8``), which pools every client within
@@ -222,7 +222,7 @@ def sure_risk(distance, threshold, variance, p):
         Dimension of each block.
     """
     inside = distance <= threshold
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # t / D is used only where D > t
         divergence = np.where(inside, p, (p - 1) * threshold / distance)
     return p * variance + np.minimum(distance, threshold) ** 2 - 2.0 * variance * divergence
 
@@ -257,10 +257,33 @@ def sure_grid_risk(distance, root, variance, p, grid):
     def unpooled(x):  # and over the others
         return np.cumsum(binned(x)[::-1])[::-1][1:]
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        linear = np.where(distance > 0, 2.0 * variance * (p - 1) / (root * distance), 0.0)  # D = 0: always pooled
+    # D = 0, or so small that the ratio overflows: pooled at every grid[g] (pooled_from = 0), where the
+    # unpooled sums leave it out.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        linear = np.where(distance > 0, 2.0 * variance * (p - 1) / (root * distance), 0.0)
     return (pooled(p * variance + distance ** 2 - 2.0 * variance * p) + unpooled(p * variance)
             + grid ** 2 * unpooled(1.0 / root ** 2) - grid * unpooled(linear))
+
+
+def noise_ratios(distance, N, p):
+    """Each block's squared distance to the centre per coordinate in units of its noise, ``N_kr d_kr^2 / p``
+    (distances in noise units: about ``chi2_p / p``, mean 1, for a block that differs from the centre by its
+    noise alone), and which blocks count: ``(ratio, counted)``, ``ratio`` 0 where a block does not count.
+
+    A block counts where ``N_kr >= 1``, a sample's worth: a nearly empty component hardly moves from where it
+    was put, and its noise ``1 / N_kr`` would decide what the clients' distances say (:func:`sure_penalty`,
+    :func:`fedmm.central.between_variance`).
+    """
+    counted = N >= 1.0
+    return np.where(counted, N * distance ** 2 / p, 0.0), counted
+
+
+def alike_clients(distance, N, p, trim):
+    """The clients kept where the clients' distances to the centre vote on one number for all components
+    (:func:`sure_penalty`): all but the ``floor(trim K)`` with the largest mean :func:`noise_ratios` over
+    their counted blocks, so that outlier clients do not decide for the others (:func:`kept_clients`)."""
+    ratio, counted = noise_ratios(distance, N, p)
+    return kept_clients(-ratio.sum(axis=1) / np.maximum(counted.sum(axis=1), 1), trim)
 
 
 def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
@@ -274,17 +297,13 @@ def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
     :func:`sure_risk` estimates the whole update's squared error
     ``sum_kr E ||nu_kr - mu_kr||^2``: small ``lambda`` keeps the noise of every
     local estimate, large ``lambda`` the clients' differences, and the choice
-    adapts to the unknown similarity ``h``. Two guards:
-
-    - only blocks with ``N_kr >= 1`` (a sample's worth) count: a nearly empty
-      component's ``1 / N_kr`` would decide for all. (Its gradient step, by
-      ``C_eta w_hat / w_hat^{[0]}`` of the way, hardly moves it, and at the
-      fixed point its threshold is as many times larger: it pools whatever
-      ``lambda``.)
-    - the ``floor(trim K)`` clients with the largest mean ``N_kr D_kr^2 / p``
-      (a chi-square per degree of freedom when the client is like the
-      centre) are left out, so that outlier clients, whose risk only grows
-      with ``lambda``, do not decide how much the others pool.
+    adapts to the unknown similarity ``h``. Only the blocks that count
+    (:func:`noise_ratios`) of the clients :func:`alike_clients` keeps enter: a
+    nearly empty component (its gradient step, by ``C_eta w_hat / w_hat^{[0]}``
+    of the way, hardly moves it, and at the fixed point its threshold is as many
+    times larger: it pools whatever ``lambda``) would decide by its ``1 / N_kr``,
+    and outlier clients, whose risk only grows with ``lambda``, would decide how
+    much the others pool.
 
     The variance assumes the step reaches the M-step (``C_eta w_hat`` = 1, the
     default ``C_eta`` while weights do not fall below their start).
@@ -309,10 +328,8 @@ def sure_penalty(distance, sizes, N, p, grid=SURE_GRID, trim=TRIM):
         ``N_kr >= 1``.
     """
     grid = np.asarray(grid, dtype=float)
-    valid = N >= 1.0
+    (_, valid), kept = noise_ratios(distance, N, p), alike_clients(distance, N, p, trim)
     v = 1.0 / np.where(valid, N, 1.0)
-    statistic = np.where(valid, N * distance ** 2 / p, 0.0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-    kept = kept_clients(-statistic, trim)
     if not valid[kept].any():
         return float(grid[-1])
     # Left-out blocks get a stand-in size: an empty component's size is 0 under per-component sizes.

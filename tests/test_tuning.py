@@ -12,8 +12,9 @@ from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
 from fedmm.simulate import make_federated_gmm
 from fedmm.clients import LocalClients
-from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, client_fold, client_folds, client_median, client_seeds,
-                          first_best, fold_sizes, select_penalty, sure_grid_risk, sure_penalty, sure_risk, trimmed_mean)
+from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, alike_clients, client_fold, client_folds, client_median,
+                          client_seeds, first_best, fold_sizes, noise_ratios, select_penalty, sure_grid_risk, sure_penalty,
+                          sure_risk, trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -193,6 +194,29 @@ def test_sure_penalty_is_not_decided_by_outliers_or_empty_components():
     empty[:4, 0], D[:4, 0] = 1e-9, 100.0       # nearly empty components far away
     assert sure_penalty(D, sizes, empty, p) == lam
     assert sure_penalty(D, sizes, np.full_like(N, 0.5), p) == SURE_GRID[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(K=st.integers(1, 30), R=st.integers(1, 4), trim=st.sampled_from([0.0, 0.2, 1 / 3]),
+       seed=st.integers(0, 2 ** 31 - 1))
+def test_alike_clients_leave_out_the_most_outlying_whatever_their_order(K, R, trim, seed):
+    """Blocks of N >= 1 count (noise_ratios); the floor(trim K) clients with the largest mean N d^2 / p over them
+    are left out, the same clients in any order (up to ties); a client far from the centre on one component
+    only is among them."""
+    rng = np.random.RandomState(seed)
+    p, N = 3, rng.choice([0.5, 20.0, 80.0], size=(K, R))
+    distance = np.abs(rng.randn(K, R)) * np.sqrt(p / N)
+    distance[0, 0], N[0, 0] = 100.0, 50.0
+    ratio, counted = noise_ratios(distance, N, p)
+    assert np.array_equal(counted, N >= 1) and np.allclose(ratio[counted], (N * distance ** 2 / p)[counted])
+    kept = alike_clients(distance, N, p, trim)
+    assert len(kept) == K - int(np.floor(trim * K))
+    assert (0 in kept) == (int(np.floor(trim * K)) == 0)
+    statistic = ratio.sum(1) / np.maximum(counted.sum(1), 1)
+    assert statistic[kept].max() <= np.delete(statistic, kept).min(initial=np.inf)
+    order = rng.permutation(K)
+    kept_permuted = alike_clients(distance[order], N[order], p, trim)
+    np.testing.assert_array_equal(np.sort(statistic[order][kept_permuted]), np.sort(statistic[kept]))   # ties aside
 
 
 @settings(max_examples=60, deadline=None)
