@@ -16,28 +16,35 @@ CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 K, R, P = 6, 3, 2
 
 
-def _gmm():
-    X, _ = make_federated_gmm(K, [40, 90, 60, 120, 70, 50], centers=CENTERS, h=0.3, random_state=0)
+def _gmm(h=0.3):
+    X, _ = make_federated_gmm(K, [40, 90, 60, 120, 70, 50], centers=CENTERS, h=h, random_state=0)
     start = MixtureParams(np.full((K, R), 1 / R), np.broadcast_to(CENTERS + 0.5, (K, R, P)).copy(),
                           np.ones((K, R, P)))
     return FederatedData.from_input(X), GaussianFamily("diag"), start
 
 
-def _mor():
+def _mor(h=0.3):
     coef = np.array([[1.0, 2.0], [-2.0, 0.5], [0.0, -3.0]])
-    X, y, _ = make_federated_mor(K, 80, centers=coef, h=0.3, random_state=0)
+    X, y, _ = make_federated_mor(K, 80, centers=coef, h=h, random_state=0)
     start = MixtureParams(np.full((K, R), 1 / R), np.broadcast_to(coef + 0.3, (K, R, P)).copy(), np.ones((K, R, 1)))
     return FederatedData.from_input(X, y), RegressionFamily("component"), start
 
 
-@pytest.mark.parametrize("penalty", ["paper", "sure"])
+@pytest.mark.parametrize("penalty, options, h", [("paper", {}, 0.3), ("sure", {}, 0.3),
+                                                 ("sure", {"shrinkage": "linear"}, 1.0),
+                                                 ("sure", {"centre_margins": True}, 0.3)])
 @pytest.mark.parametrize("problem", [_gmm, _mor])
-def test_on_the_complete_graph_it_is_fedgrem(problem, penalty):
+def test_on_the_complete_graph_it_is_fedgrem(problem, penalty, options, h):
     """Every client solves the server's problem on the same messages: FedGrEM to 1e-8, restarts included;
-    with penalty="sure" every client chooses the server's lambda every round."""
-    data, family, start = problem()
-    d = run(make_strategy("d-fedgrem", graph="complete", penalty=penalty), family, data, start, 200, 1e-8)
-    f = run(make_strategy("fedgrem", penalty=penalty), family, data, start, 200, 1e-8)
+    with penalty="sure" every client chooses the server's lambda every round, and FedGrEM's options act in
+    every neighbourhood as on the server (linear shrinkage where the clients differ enough to move it). At
+    the same pooling sizes: d-FedGrEM's default is the paper's n_k, FedGrEM's the information n_k w_kr R,
+    the same only while the weights are uniform (a restart refits them: with linear shrinkage at h = 1 the
+    two defaults end 0.25 apart)."""
+    data, family, start = problem(h)
+    options = {"penalty": penalty, "pooling_sizes": "client", **options}
+    d = run(make_strategy("d-fedgrem", graph="complete", **options), family, data, start, 2000, 1e-8)
+    f = run(make_strategy("fedgrem", **options), family, data, start, 2000, 1e-8)
     assert d.n_iter == f.n_iter
     for a, b in zip(d.params, f.params):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
