@@ -58,6 +58,31 @@ def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
     assert "clients = islands" in out and "fedgrem (local-EM start)" in out and "sklearn" in out
 
 
+def test_realdata_targets_carry_paired_standard_errors(tmp_path):
+    """realdata.py's verdicts compare means; beside each it reports the paired difference to the bound and its
+    standard error, "not decided" within two of them; the scores file reads back as written (``--from``)."""
+    realdata = _load("realdata")
+    clean, dirty = "digits, 10 clients IID, eps=0.0", "digits, 10 clients IID, eps=0.1"
+    pooled = [0.20, 0.30, 0.25, 0.22]
+    results = {clean: [{"fedgrem": p - 0.02, "pooled-em": p, "fedem": 0.3, "local-em": 0.4} for p in pooled],
+               dirty: [{"fedgrem": p - 0.015, "pooled-em": p, "fedem": 0.5, "local-em": 0.4} for p in pooled]}
+    path = tmp_path / "scores.csv"
+    realdata.write_scores(results, path)
+    assert realdata.read_scores(path) == results
+    (text0, met0), (text1, met1) = realdata.check(results)
+    # Clean: FedGrEM 0.02 below pooled EM in every replication, 0.032 below the 5% bound on average, se 0.001.
+    assert met0 and "paired difference -0.032, se 0.001)" in text0
+    # Contaminated: f - 1.1 f0 = 0.007 - 0.1 p, between -0.023 and -0.013: decided.
+    d, se = realdata.paired_difference([r["fedgrem"] for r in results[dirty]],
+                                       [1.1 * r["fedgrem"] for r in results[clean]])
+    assert met1 and d < 0 and f"paired difference {d:+.3f}, se {se:.3f}" in text1 and "not decided" not in text1
+    # Within two standard errors of the bound the verdict stands but is marked undecided.
+    noisy = {clean: [{"fedgrem": p + s, "pooled-em": p, "fedem": 0.3, "local-em": 0.4}
+                     for p, s in zip(pooled, (-0.05, 0.05, -0.04, 0.03))]}
+    (text, met), = realdata.check(noisy)
+    assert "not decided" in text
+
+
 @pytest.mark.slow
 def test_paper_gmm_h0_full(capsys):
     """The whole 20-seed study (about 100 s on two cores): run with pytest -m slow."""

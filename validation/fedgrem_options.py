@@ -12,6 +12,10 @@ measured tables are in ``docs/fedgrem.md``.
 
     python validation/fedgrem_options.py --option centre_margins=True [--quick] [--reps N]
     python validation/fedgrem_options.py --option shrinkage=linear [--quick] [--reps N]
+    python validation/fedgrem_options.py --option pooling_sizes=component --option penalty=5 --only "GMM design, h = 1"
+
+``--option`` may be given several times (the options together); ``--only`` runs the cases whose name contains
+its text (the small sets get half the replications, as in the full run).
 """
 
 import argparse
@@ -72,21 +76,25 @@ def cases(option, quick, reps):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--option", required=True, help="the option against the defaults, as name=value")
+    parser.add_argument("--option", required=True, action="append",
+                        help="an option against the defaults, as name=value (repeat for several together)")
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this text")
     parser.add_argument("--quick", action="store_true", help="two replications, fewer cases")
     parser.add_argument("--reps", type=int, default=None, help="replications (20; the small sets half as many)")
     args = parser.parse_args(argv)
-    option = parse_option(args.option)
+    option = {k: v for text in args.option for k, v in parse_option(text).items()}
+    label = ", ".join(args.option)
     reps = args.reps or (2 if args.quick else 20)
-    print(f"| case | replications | defaults | {args.option} | difference (se) |\n|---|---|---|---|---|")
+    print(f"| case | replications | defaults | {label} | difference (se) |\n|---|---|---|---|---|")
     start = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, n, run in cases(option, args.quick, reps):
+            if args.only and args.only not in name:
+                continue
             off, on = np.array([run(seed) for seed in range(n)]).T
-            d = on - off
-            se = d.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
-            print(f"| {name} | {n} | {off.mean():.4f} | {on.mean():.4f} | {d.mean():+.4f} ({se:.4f}) |", flush=True)
+            d, se = rd.paired_difference(on, off)
+            print(f"| {name} | {n} | {off.mean():.4f} | {on.mean():.4f} | {d:+.4f} ({se:.4f}) |", flush=True)
     print(f"\n{time.time() - start:.0f} s")
     return 0
 
