@@ -20,13 +20,16 @@ What is possible on the MoR design: with n = 150 per client and R = 5 components
 coefficients, local EM's maximum-likelihood solutions are often wrong, so no single-client start
 rescues it; and pooled EM with an outlier client gives that client a component of its own (its
 150 samples lie on one line far from the others), leaving four components for five lines:
-non-robust pooling fails for the model's sake, not the start's. The script also prints pooled EM
-started at the truth on the honest clients' data alone (20 seeds: 0.338): the likelihood's own error
-at h = 0, above the 0.3 target.
+non-robust pooling fails for the model's sake, not the start's. The script also prints two floors
+of the MoR target at h = 0 (docs/targets.md): pooled EM started at the truth on the honest clients'
+data alone (20 seeds: 0.338), the likelihood's own error, above the 0.3 target; and least squares
+on the same data with every sample's true component known (20 seeds: 0.247), the error with no
+mixture left to fit.
 
 Exits non-zero when a target is missed.
 
     python validation/paper_designs.py --model gmm|mor [--quick] [--seeds N]
+    python validation/paper_designs.py --model mor --floors-only   # the two floors alone (a minute)
 """
 
 import argparse
@@ -89,6 +92,21 @@ def honest_pooled_from_truth(case, seed):
     return err.max()
 
 
+def honest_known_labels(case, seed):
+    """Maximum error of least squares (with an intercept, as the estimators fit) for each component on the
+    honest clients' samples of that component, their labels known: the MoR design's error with no mixture left
+    to estimate, the floor under every method at ``h = 0``, where the honest clients share their coefficients."""
+    X, y, truth = make_federated_mor(random_state=seed, **case)
+    honest = np.flatnonzero(~truth.outliers)
+    X, y, labels = (np.concatenate([v[k] for k in honest]) for v in (X, y, truth.labels))
+    errors = []
+    for r, theta in enumerate(truth.theta[honest[0]]):
+        design = np.column_stack([np.ones(np.sum(labels == r)), X[labels == r]])
+        coef = np.linalg.lstsq(design, y[labels == r], rcond=None)[0][1:]
+        errors.append(np.linalg.norm(coef - theta))
+    return max(errors)
+
+
 def targets(model, m):
     """(description, met?) for every target of ``model``, from the means ``m[row, case, method]``."""
     d = "defaults"
@@ -108,30 +126,40 @@ def main(argv=None):
     parser.add_argument("--model", choices=sorted(DESIGNS), required=True)
     parser.add_argument("--quick", action="store_true", help="3 seeds")
     parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--floors-only", action="store_true", help="MoR: print the floors alone, fit nothing else")
     args = parser.parse_args(argv)
+    if args.floors_only and args.model != "mor":
+        parser.error("--floors-only is for --model mor")
     design = DESIGNS[args.model]
     seeds = range(args.seeds or (3 if args.quick else 20))
     start = time.time()
     means = {}
-    print(f"Maximum error over honest clients, mean (sd) over {len(seeds)} seeds\n")
-    print("| settings | case | " + " | ".join(design["methods"]) + " |\n|---|---|"
-          + "---|" * len(design["methods"]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        for row, options in design["rows"].items():
-            for case_name, case in design["cases"].items():
-                cells = []
-                for method in design["methods"]:
-                    errors = np.array([max_error(args.model, method, case, options, s) for s in seeds])
-                    means[row, case_name, method] = errors.mean()
-                    cells.append(f"{errors.mean():.3f} ({errors.std():.3f})")
-                print(f"| {row} | {case_name} | " + " | ".join(cells) + " |", flush=True)
+        if not args.floors_only:
+            print(f"Maximum error over honest clients, mean (sd) over {len(seeds)} seeds\n")
+            print("| settings | case | " + " | ".join(design["methods"]) + " |\n|---|---|"
+                  + "---|" * len(design["methods"]))
+            for row, options in design["rows"].items():
+                for case_name, case in design["cases"].items():
+                    cells = []
+                    for method in design["methods"]:
+                        errors = np.array([max_error(args.model, method, case, options, s) for s in seeds])
+                        means[row, case_name, method] = errors.mean()
+                        cells.append(f"{errors.mean():.3f} ({errors.std():.3f})")
+                    print(f"| {row} | {case_name} | " + " | ".join(cells) + " |", flush=True)
         if args.model == "mor":
-            print("\nReference: pooled EM started at the truth on the honest clients' data alone (no federated "
-                  "method's target, the likelihood's own error at h = 0):")
-            for case_name in ("h=0, one outlier", "h=0, no outlier"):
-                errors = np.array([honest_pooled_from_truth(design["cases"][case_name], s) for s in seeds])
-                print(f"- {case_name}: {errors.mean():.3f} ({errors.std():.3f})", flush=True)
+            print(f"\nFloors at h = 0 (no federated method's target; {len(seeds)} seeds, mean (sd), seeds at or "
+                  "below 0.3), on the honest clients' data alone:")
+            for floor, text in ((honest_pooled_from_truth, "pooled EM started at the truth (the likelihood's own "
+                                 "error)"), (honest_known_labels, "least squares, the labels known")):
+                for case_name in ("h=0, one outlier", "h=0, no outlier"):
+                    errors = np.array([floor(design["cases"][case_name], s) for s in seeds])
+                    print(f"- {text}, {case_name}: {errors.mean():.3f} ({errors.std():.3f}), "
+                          f"{np.sum(errors <= 0.3)} of {len(seeds)}", flush=True)
+    if args.floors_only:
+        print(f"\n{time.time() - start:.0f} s")
+        return 0
     checks = targets(args.model, means)
     print("\nTargets:\n" + "\n".join(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks))
     print(f"\n{time.time() - start:.0f} s")

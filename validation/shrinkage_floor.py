@@ -11,6 +11,9 @@ components of
 - the local estimate (no shrinkage) and the centre (full shrinkage, error ``h``);
 - the group soft threshold at the best constant ``t`` in hindsight (the paper's rule, Algorithm 1, eq. (6),
   with the threshold ``lambda / sqrt(n_k)`` of equal client sizes: one ``t`` for every block);
+- the group soft threshold sized to each component's noise, ``t_kr = c / sqrt(N_kr)``, at the best ``c`` in
+  hindsight (the threshold of ``pooling_sizes="component"``, ``lambda / sqrt(n_k w_kr R)``, with
+  ``c = lambda / sqrt(R)``);
 - linear shrinkage with the true spread, ``f = tau^2 / (tau^2 + 1 / N_kr)``, ``tau^2 = h^2 / p`` (the
   empirical Bayes factor of ``shrinkage="linear"``, :func:`fedmm.central.linear_shrinkage`, with its
   ``tau^2`` known).
@@ -29,6 +32,8 @@ import numpy as np
 from fedmm.simulate import PAPER_CENTERS
 
 THRESHOLDS = np.linspace(0.0, 3.0, 61)
+#: Candidate ``c`` of the threshold ``c / sqrt(N_kr)`` sized to each component's noise.
+SIZED = np.linspace(0.0, 12.0, 49)
 
 
 def draw(h, rng, n_clients=9, n=150, concentration=5.0):
@@ -43,17 +48,20 @@ def draw(h, rng, n_clients=9, n=150, concentration=5.0):
 
 def max_errors(h, N, offset, local):
     """The maximum error over the blocks of each rule: local, centre, soft threshold at every
-    ``THRESHOLDS``, linear shrinkage with the true ``tau^2``."""
+    ``THRESHOLDS``, soft threshold ``c / sqrt(N_kr)`` at every ``SIZED``, linear shrinkage with the true
+    ``tau^2``."""
     p = offset.shape[-1]
     norm = np.linalg.norm(local, axis=-1, keepdims=True)
     soft = [np.clip(1.0 - t / norm, 0.0, None) * local for t in THRESHOLDS]
+    sized = [np.clip(1.0 - c / np.sqrt(N)[..., None] / norm, 0.0, None) * local for c in SIZED]
     tau2 = h * h / p
     linear = (tau2 / (tau2 + 1.0 / N))[..., None] * local
 
     def worst(estimate):
         return np.linalg.norm(estimate - offset, axis=-1).max()
 
-    return worst(local), worst(np.zeros_like(local)), [worst(s) for s in soft], worst(linear)
+    return (worst(local), worst(np.zeros_like(local)), [worst(s) for s in soft], [worst(s) for s in sized],
+            worst(linear))
 
 
 def main(argv=None):
@@ -63,13 +71,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     draws = args.draws or (200 if args.quick else 2000)
     rng = np.random.default_rng(0)
-    print("| h | local estimate | centre | soft threshold, best t (t) | linear shrinkage, true tau^2 |\n"
-          "|---|---|---|---|---|")
+    print("| h | local estimate | centre | soft threshold, best t (t) | soft threshold c / sqrt(N_kr), best c (c) "
+          "| linear shrinkage, true tau^2 |\n|---|---|---|---|---|---|")
     for h in (0.0, 1.0, 2.0):
         runs = [max_errors(h, *draw(h, rng)) for _ in range(draws)]
-        local, centre, soft, linear = (np.mean([r[i] for r in runs], axis=0) for i in range(4))
-        best = soft.argmin()
-        print(f"| {h:g} | {local:.3f} | {centre:.3f} | {soft[best]:.3f} ({THRESHOLDS[best]:.2f}) | {linear:.3f} |")
+        local, centre, soft, sized, linear = (np.mean([r[i] for r in runs], axis=0) for i in range(5))
+        t, c = soft.argmin(), sized.argmin()
+        print(f"| {h:g} | {local:.3f} | {centre:.3f} | {soft[t]:.3f} ({THRESHOLDS[t]:.2f}) | {sized[c]:.3f} ({SIZED[c]:.2f}) "
+              f"| {linear:.3f} |")
     return 0
 
 
