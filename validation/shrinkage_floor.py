@@ -52,8 +52,12 @@ def max_errors(h, N, offset, local):
     ``tau^2``."""
     p = offset.shape[-1]
     norm = np.linalg.norm(local, axis=-1, keepdims=True)
-    soft = [np.clip(1.0 - t / norm, 0.0, None) * local for t in THRESHOLDS]
-    sized = [np.clip(1.0 - c / np.sqrt(N)[..., None] / norm, 0.0, None) * local for c in SIZED]
+
+    def soft_threshold(t):
+        return np.clip(1.0 - t / norm, 0.0, None) * local
+
+    soft = [soft_threshold(t) for t in THRESHOLDS]
+    sized = [soft_threshold(c / np.sqrt(N)[..., None]) for c in SIZED]
     tau2 = h * h / p
     linear = (tau2 / (tau2 + 1.0 / N))[..., None] * local
 
