@@ -3,8 +3,9 @@
 from .data import EmptyComponentWarning, SingularComponentWarning
 from .engine import DivergenceError
 from .estimators import ClientMixture, FederatedGaussianMixture, FederatedMixtureRegression
+from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "ClientMixture", "DivergenceError",
-           "EmptyComponentWarning", "SingularComponentWarning", "__version__"]
+           "EmptyComponentWarning", "SingularComponentWarning", "get_num_threads", "set_num_threads", "__version__"]

@@ -30,6 +30,7 @@ from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state
 
 from ._assumptions import AssumptionCheck, Condition
+from .threads import parallel_kernel
 from .tuning import client_median
 
 __all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions", "bottleneck"]
@@ -198,14 +199,15 @@ def _match_to(reference, theta):
     K, R, _ = theta.shape
     if R <= BRUTE_FORCE_MAX:
         candidates = np.array(list(itertools.permutations(range(R))), dtype=np.intp)   # (R!, R)
-        return _brute_force(np.ascontiguousarray(reference, dtype=float), np.ascontiguousarray(theta, dtype=float),
-                            candidates)
+        work = K * len(candidates) * R  # the candidates' totals; the cost matrices are R times fewer terms
+        return _brute_force(work, K, np.ascontiguousarray(reference, dtype=float),
+                            np.ascontiguousarray(theta, dtype=float), candidates)
     costs = [_cost(reference, t) for t in theta]
     perms = np.array([_match(c) for c in costs]).reshape(K, R)
     return perms, np.array([c[np.arange(R), q].sum() for c, q in zip(costs, perms)])
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel()
 def _brute_force(reference, theta, candidates):
     """:func:`_match_to` for small ``R``: each client's cost matrix ``||reference_r - theta[k, s]||``, then
     the cheapest of ``candidates`` (every permutation; the first on a tie)."""
@@ -227,7 +229,8 @@ def _brute_force(reference, theta, candidates):
                 total += cost[r, candidates[c, r]]
             if total < best_total:
                 best, best_total = c, total
-        perms[k] = candidates[best]
+        for r in range(R):  # a loop: Numba's checked row assignment takes seconds to compile
+            perms[k, r] = candidates[best, r]
         totals[k] = best_total
     return perms, totals
 

@@ -20,6 +20,8 @@ compiled loop and the numpy reference (:func:`kmeans_labels`, the oracle) make t
 import numpy as np
 from numba import njit, prange
 
+from .threads import parallel_kernel
+
 __all__ = ["n_trials", "n_uniforms", "seeding_uniforms", "kmeans_labels", "kmeans_plus_plus", "lloyd_labels",
            "kmeans_labels_clients"]
 
@@ -97,17 +99,20 @@ def lloyd_labels(X, centers, max_iter=MAX_ITER):
 def kmeans_labels_clients(X, offsets, n_components, uniforms, max_iter=MAX_ITER):
     """Every client's k-means labels over the contiguous ``X`` (client ``k``: rows
     ``offsets[k]:offsets[k+1]``, uniforms ``uniforms[k]``), in one compiled call: (n,) int."""
-    return _kmeans_clients(np.ascontiguousarray(X, dtype=np.float64), np.asarray(offsets, dtype=np.int64),
-                           int(n_components), np.ascontiguousarray(uniforms, dtype=np.float64),
-                           n_trials(n_components), int(max_iter))
+    # Work: the seeding's distances from every sample to every trial centre, at least (the Lloyd
+    # iterations that follow add as many per iteration).
+    work = X.shape[0] * X.shape[1] * int(n_components) * n_trials(n_components)
+    return _kmeans_clients(work, len(offsets) - 1, np.ascontiguousarray(X, dtype=np.float64),
+                           np.asarray(offsets, dtype=np.int64), int(n_components),
+                           np.ascontiguousarray(uniforms, dtype=np.float64), n_trials(n_components), int(max_iter))
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel()
 def _kmeans_clients(X, offsets, R, uniforms, T, max_iter):
     labels = np.full(X.shape[0], -1, dtype=np.int64)
     for k in prange(offsets.shape[0] - 1):
         lo, hi = offsets[k], offsets[k + 1]
-        labels[lo:hi] = _kmeans_one(X[lo:hi], R, uniforms[k], T, max_iter)
+        _kmeans_one(X[lo:hi], R, uniforms[k], T, max_iter, labels[lo:hi])
     return labels
 
 
@@ -120,10 +125,18 @@ def _sq_distance(x, c):
 
 
 @njit(cache=True)
-def _kmeans_one(X, R, u, T, max_iter):
+def _set_row(A, r, x):
+    """``A[r] = x``, as a loop: Numba's checked slice assignment takes seconds to compile."""
+    for j in range(x.shape[0]):
+        A[r, j] = x[j]
+
+
+@njit(cache=True)
+def _kmeans_one(X, R, u, T, max_iter, labels):
+    """One client's k-means labels, written into ``labels`` (all -1 on entry)."""
     n, d = X.shape
     centers = np.empty((R, d))
-    centers[0] = X[min(int(u[0] * n), n - 1)]
+    _set_row(centers, 0, X[min(int(u[0] * n), n - 1)])
     closest = np.empty(n)
     for i in range(n):
         closest[i] = _sq_distance(X[i], centers[0])
@@ -138,7 +151,7 @@ def _kmeans_one(X, R, u, T, max_iter):
         best, best_pot = -1, np.inf
         for t in range(T):
             target = u[1 + (c - 1) * T + t] * cumulative[n - 1]
-            i = min(np.searchsorted(cumulative, target, side="right"), n - 1)
+            i = min(_first_above(cumulative, target), n - 1)
             pot = 0.0
             for m in range(n):
                 trial[m] = min(closest[m], _sq_distance(X[m], X[i]))
@@ -146,10 +159,9 @@ def _kmeans_one(X, R, u, T, max_iter):
                 pot += trial[m]
             if pot < best_pot:
                 best, best_pot = i, pot
-                best_d[:] = trial
-        centers[c] = X[best]
-        closest[:] = best_d
-    labels = np.full(n, -1, dtype=np.int64)
+                best_d, trial = trial, best_d
+        _set_row(centers, c, X[best])
+        closest, best_d = best_d, closest
     counts = np.zeros(R)
     tol = TOL * _mean_variance(X)
     settled = False
@@ -180,7 +192,20 @@ def _kmeans_one(X, R, u, T, max_iter):
                     shift += (new - centers[r, j]) ** 2
                     centers[r, j] = new
         settled = shift <= tol
-    return labels
+
+
+@njit(cache=True)
+def _first_above(a, value):
+    """``np.searchsorted(a, value, side="right")`` for a non-decreasing ``a``, as a loop that compiles
+    in a tenth of the time."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] <= value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True)
@@ -188,7 +213,10 @@ def _mean_variance(X):
     n, d = X.shape
     total = 0.0
     for j in range(d):
-        mean = X[:, j].sum() / n
+        mean = 0.0
+        for i in range(n):
+            mean += X[i, j]
+        mean /= n
         for i in range(n):
             total += (X[i, j] - mean) ** 2
     return total / (n * d)

@@ -18,6 +18,7 @@ from joblib import Parallel, delayed, parallel_config
 from sklearn.exceptions import ConvergenceWarning
 from tqdm.auto import tqdm
 
+from . import threads
 from .algorithms import METHODS
 from .data import SingularComponentWarning
 from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
@@ -34,8 +35,14 @@ BACKENDS = ("loky", "dask", "ray")
 ALL_METHODS = ("local-em", "local-grem", "fedem", "tgmm", "pooled-em", "pooled-grem", "fedgrem")
 
 
-def _one_fit(model, method, setting, seed, fit_options):
-    """Simulate replication ``seed`` of ``setting``, fit ``method``, score it (one row)."""
+def _one_fit(model, method, setting, seed, fit_options, n_threads=None):
+    """Simulate replication ``seed`` of ``setting``, fit ``method`` on at most ``n_threads`` threads, score
+    it (one row)."""
+    with threads.limit(n_threads):
+        return _fit_and_score(model, method, setting, seed, fit_options)
+
+
+def _fit_and_score(model, method, setting, seed, fit_options):
     design = dict(setting)
     h = design.pop("h", 0.0)
     common = dict(random_state=seed, **fit_options)
@@ -165,7 +172,10 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
     if model not in ("gmm", "mor"):
         raise ValueError(f"model must be 'gmm' or 'mor', got {model!r}.")
     jobs = [(method, setting, random_state + i) for setting in settings for i in range(reps) for method in methods]
-    tasks = (delayed(_one_fit)(model, m, s, seed, dict(fit_options or {})) for m, s, seed in jobs)
+    # Each fit's share of the cores: joblib's processes have OMP_NUM_THREADS = cores // workers already
+    # (fedmm.threads reads it); a task on a Dask or Ray cluster holds one of its worker's slots, one core.
+    n_threads = None if backend == "loky" else 1
+    tasks = (delayed(_one_fit)(model, m, s, seed, dict(fit_options or {}), n_threads) for m, s, seed in jobs)
     bar = tqdm(total=len(jobs), desc=f"{model} study", disable=not progress)
     rows = []
     # Ray's joblib backend returns all results at once (no generator): the bar then jumps at the end.

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import kernel_copies
 from hypothesis import given, strategies as st
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
@@ -50,35 +51,38 @@ def _assert_close(a, b, what):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(y).max()), err_msg=what)
 
 
-@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]))
-def test_numba_gaussian_agrees_with_the_reference(problem, squares):
-    X, _, offsets, w, mu, var = problem
-    _assert_close(numba_kernels.gaussian_estep(X, offsets, w, mu, var, squares),
-                  reference.gaussian_estep(X, offsets, w, mu, var, squares), "gaussian_estep")
-    _assert_close(numba_kernels.gaussian_log_resp(X, offsets, w, mu, var),
-                  reference.gaussian_log_resp(X, offsets, w, mu, var), "gaussian_log_resp")
-
-
 @given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans())
-def test_numba_stats_from_responsibilities_agree_with_the_reference(problem, squares, hard):
+def test_numba_gaussian_agrees_with_the_reference(problem, squares, parallel):
+    X, _, offsets, w, mu, var = problem
+    with kernel_copies(parallel):
+        _assert_close(numba_kernels.gaussian_estep(X, offsets, w, mu, var, squares),
+                      reference.gaussian_estep(X, offsets, w, mu, var, squares), "gaussian_estep")
+        _assert_close(numba_kernels.gaussian_log_resp(X, offsets, w, mu, var),
+                      reference.gaussian_log_resp(X, offsets, w, mu, var), "gaussian_log_resp")
+
+
+@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans(), st.booleans())
+def test_numba_stats_from_responsibilities_agree_with_the_reference(problem, squares, hard, parallel):
     """The starts' sums (k-means labels: one-hot, or soft responsibilities)."""
     X, _, offsets, w, mu, var = problem
     resp = np.exp(reference.gaussian_log_resp(X, offsets, w, mu, var)[1])
     if hard:
         resp = np.eye(resp.shape[1])[resp.argmax(axis=1)]
-    _assert_close(numba_kernels.gaussian_stats(X, offsets, resp, squares),
-                  reference.gaussian_stats(X, offsets, resp, squares), "gaussian_stats")
+    with kernel_copies(parallel):
+        _assert_close(numba_kernels.gaussian_stats(X, offsets, resp, squares),
+                      reference.gaussian_stats(X, offsets, resp, squares), "gaussian_stats")
 
 
-@given(problems())
-def test_numba_regression_agrees_with_the_reference(problem):
+@given(problems(), st.booleans())
+def test_numba_regression_agrees_with_the_reference(problem, parallel):
     X, y, offsets, w, coef, var = problem
     noise = var[..., :1]
     coef = coef / np.abs(coef).max()  # fitted values of the size of y
-    _assert_close(numba_kernels.regression_estep(X, y, offsets, w, coef, noise),
-                  reference.regression_estep(X, y, offsets, w, coef, noise), "regression_estep")
-    _assert_close(numba_kernels.regression_log_resp(X, y, offsets, w, coef, noise),
-                  reference.regression_log_resp(X, y, offsets, w, coef, noise), "regression_log_resp")
+    with kernel_copies(parallel):
+        _assert_close(numba_kernels.regression_estep(X, y, offsets, w, coef, noise),
+                      reference.regression_estep(X, y, offsets, w, coef, noise), "regression_estep")
+        _assert_close(numba_kernels.regression_log_resp(X, y, offsets, w, coef, noise),
+                      reference.regression_log_resp(X, y, offsets, w, coef, noise), "regression_log_resp")
 
 
 @given(st.integers(0, 10 ** 6), st.sampled_from([np.float64, np.float32]))

@@ -1,7 +1,7 @@
-from unittest import mock
 
 import numpy as np
 import pytest
+from conftest import kernel_copies
 from hypothesis import assume, given, strategies as st
 
 from fedmm.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
@@ -149,7 +149,7 @@ def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, 
     theta, n_k = _problem(K, R, p, seed, equal)
     if per_component:
         n_k = n_k[:, None] * np.random.RandomState(seed).dirichlet(np.ones(R), size=K) * R
-    with mock.patch("fedmm.central.PARALLEL_SIZE", 0 if parallel else theta.size + 1):
+    with kernel_copies(parallel):
         fast = central_update(theta, n_k, lam, solver="irls")
     slow = central_update(theta, n_k, lam, solver="irls-numpy")
     assert fast.n_iter == slow.n_iter and fast.converged == slow.converged

@@ -1,4 +1,5 @@
 import numpy as np
+from conftest import kernel_copies
 from hypothesis import given, settings, strategies as st
 from sklearn.cluster import KMeans
 
@@ -10,14 +11,15 @@ from fedmm.simulate import make_federated_gmm
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(3, 40), min_size=1, max_size=6), st.integers(1, 4), st.integers(1, 5),
-       st.integers(0, 10 ** 6))
-def test_the_compiled_batch_equals_the_numpy_reference_client_by_client(sizes, d, R, seed):
+       st.integers(0, 10 ** 6), st.booleans())
+def test_the_compiled_batch_equals_the_numpy_reference_client_by_client(sizes, d, R, seed, parallel):
     rng = np.random.RandomState(seed)
     R = min(R, min(sizes))
     X = [rng.standard_normal((n, d)) + 3 * rng.randint(0, 2, (n, 1)) for n in sizes]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     U = seeding_uniforms(seed + np.arange(len(sizes)), R)
-    batch = kmeans_labels_clients(np.vstack(X), offsets, R, U)
+    with kernel_copies(parallel):
+        batch = kmeans_labels_clients(np.vstack(X), offsets, R, U)
     np.testing.assert_array_equal(batch, np.concatenate([kmeans_labels(x, R, u) for x, u in zip(X, U)]))
     assert batch.min() >= 0 and batch.max() < R
 

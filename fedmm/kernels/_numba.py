@@ -20,6 +20,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit, prange
 
+from ..threads import parallel_kernel
+
 from ._numpy import LOG_2PI, is_full, precision_cholesky, regression_stats  # noqa: F401
 
 PIECE = 4096
@@ -185,7 +187,7 @@ def _gaussian_block(xt, nb, k, const, means, precision, layout, lp, diff, t):
             row[b] = c - 0.5 * row[b]
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@parallel_kernel(fastmath=FAST)
 def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squares):
     """squares: 0 none, 1 per coordinate, 2 summed over coordinates, 3 outer products (upper triangle)."""
     n_pieces = len(starts)
@@ -230,7 +232,7 @@ def _gaussian_pass(X, starts, ends, owners, const, means, precision, layout, squ
     return ll, N, Sx, Sxx
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel()
 def _stats_pass(X, resp, starts, ends, squares):
     """The sums of :func:`_gaussian_pass` for given responsibilities (starts: k-means labels, one-hot), per
     piece; a zero responsibility adds nothing, so one-hot rows cost one component's work."""
@@ -277,7 +279,7 @@ def _regression_block(xt, yb, nb, k, const, coef, inv_var, lp):
             row[b] = c - w * row[b] * row[b]
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@parallel_kernel(fastmath=FAST)
 def _regression_pass(X, y, starts, ends, owners, const, coef, inv_var):
     n_pieces = len(starts)
     R, p_dim = coef.shape[1], coef.shape[2]
@@ -313,7 +315,7 @@ def _regression_pass(X, y, starts, ends, owners, const, coef, inv_var):
     return ll, N, A, b_, Syy
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@parallel_kernel(fastmath=FAST)
 def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout, log_norm, log_resp):
     R, d = means.shape[1], means.shape[2]
     for p in prange(len(starts)):
@@ -325,7 +327,7 @@ def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout,
             _log_posteriors(lp, nb, i0, log_norm, log_resp)
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@parallel_kernel(fastmath=FAST)
 def _regression_log_resp(X, y, starts, ends, owners, const, coef, inv_var, log_norm, log_resp):
     R, p_dim = coef.shape[1], coef.shape[2]
     for p in prange(len(starts)):
@@ -355,6 +357,19 @@ def _log_posteriors(lp, nb, i0, log_norm, log_resp):
         log_norm[i0 + b] = top + log_sum
         for r in range(R):
             log_resp[i0 + b, r] = lp[r, b] - top - log_sum
+
+
+def _writable(a):
+    """``a`` as a writable C-ordered float64 array: Numba compiles a read-only array as another type (a
+    second compilation of seconds for, say, a fitted estimator's read-only means)."""
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return a if a.flags.writeable else a.copy()
+
+
+def _work(X, theta, starts):
+    """A pass's work and tasks for :func:`fedmm.threads.parallel_kernel`: samples x components x
+    coordinates, and the pieces."""
+    return X.shape[0] * theta.shape[1] * theta.shape[2], len(starts)
 
 
 def _per_client(values, owners, K):
@@ -389,8 +404,9 @@ def gaussian_estep(X, offsets, weights, means, variances, squares):
     """GMM E-step for all clients (see :func:`fedmm.kernels._numpy.gaussian_estep`)."""
     starts, ends, owners = _pieces(offsets)
     const, precision, layout = _gaussian_constants(weights, means, variances)
-    ll, N, Sx, Sxx = _gaussian_pass(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64),
-                                    precision, layout, _SQUARES[squares])
+    means = _writable(means)
+    ll, N, Sx, Sxx = _gaussian_pass(*_work(X, means, starts), X, starts, ends, owners, const, means, precision, layout,
+                                    _SQUARES[squares])
     K = len(offsets) - 1
     return (_per_client(ll, owners, K),) + _gaussian_sums(N, Sx, Sxx, owners, K, squares)
 
@@ -406,7 +422,8 @@ def _gaussian_sums(N, Sx, Sxx, owners, K, squares):
 def gaussian_stats(X, offsets, resp, squares):
     """Per-client GMM statistics for given responsibilities (see :func:`fedmm.kernels._numpy.gaussian_stats`)."""
     starts, ends, owners = _pieces(offsets)
-    N, Sx, Sxx = _stats_pass(X, np.ascontiguousarray(resp, dtype=np.float64), starts, ends, _SQUARES[squares])
+    resp = _writable(resp)
+    N, Sx, Sxx = _stats_pass(X.size * resp.shape[1], len(starts), X, resp, starts, ends, _SQUARES[squares])
     return _gaussian_sums(N, Sx, Sxx, owners, len(offsets) - 1, squares)
 
 
@@ -414,8 +431,8 @@ def regression_estep(X, y, offsets, weights, coef, noise_var):
     """Mixture-of-regressions E-step for all clients (see :func:`fedmm.kernels._numpy.regression_estep`)."""
     starts, ends, owners = _pieces(offsets)
     const, inv_var = _regression_constants(weights, noise_var)
-    ll, N, A, b, Syy = _regression_pass(X, y, starts, ends, owners, const,
-                                        np.ascontiguousarray(coef, dtype=np.float64), inv_var)
+    coef = _writable(coef)
+    ll, N, A, b, Syy = _regression_pass(*_work(X, coef, starts), X, y, starts, ends, owners, const, coef, inv_var)
     K = len(offsets) - 1
     A = _per_client(A, owners, K)
     A = np.triu(A) + np.swapaxes(np.triu(A, 1), -1, -2)
@@ -428,8 +445,9 @@ def gaussian_log_resp(X, offsets, weights, means, variances):
     starts, ends, owners = _pieces(offsets)
     const, precision, layout = _gaussian_constants(weights, means, variances)
     log_norm, log_resp = np.empty(len(X)), np.empty((len(X), weights.shape[1]))
-    _gaussian_log_resp(X, starts, ends, owners, const, np.ascontiguousarray(means, dtype=np.float64), precision,
-                       layout, log_norm, log_resp)
+    means = _writable(means)
+    _gaussian_log_resp(*_work(X, means, starts), X, starts, ends, owners, const, means, precision, layout, log_norm,
+                       log_resp)
     return log_norm, log_resp
 
 
@@ -438,6 +456,6 @@ def regression_log_resp(X, y, offsets, weights, coef, noise_var):
     starts, ends, owners = _pieces(offsets)
     const, inv_var = _regression_constants(weights, noise_var)
     log_norm, log_resp = np.empty(len(X)), np.empty((len(X), weights.shape[1]))
-    _regression_log_resp(X, y, starts, ends, owners, const, np.ascontiguousarray(coef, dtype=np.float64), inv_var,
-                         log_norm, log_resp)
+    coef = _writable(coef)
+    _regression_log_resp(*_work(X, coef, starts), X, y, starts, ends, owners, const, coef, inv_var, log_norm, log_resp)
     return log_norm, log_resp
