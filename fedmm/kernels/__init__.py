@@ -5,8 +5,9 @@ of :mod:`fedmm.kernels._numpy`, the reference implementation and the oracle of
 every fast path:
 
 - ``"numpy"``: the reference (per-client blocks of dense linear algebra);
-- ``"numba"``: one fused parallel pass per round (:mod:`fedmm.kernels._numba`),
-  compiled on first use and cached on disk;
+- ``"numba"``: one fused pass per round (:mod:`fedmm.kernels._numba`), parallel
+  where the work pays for the threads (:mod:`fedmm.threads`), compiled on first
+  use and cached on disk;
 - ``"cupy"``: the array-module code on a GPU (:mod:`fedmm.kernels._array_module`);
 - ``"auto"``: CuPy when it is installed, a GPU is present and the problem has
   at least ``GPU_MIN_SAMPLES`` samples; Numba otherwise.

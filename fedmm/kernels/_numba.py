@@ -3,8 +3,9 @@
 Same functions, arguments and results as :mod:`fedmm.kernels._numpy`, the
 oracle they are tested against. The contiguous sample array is cut into
 pieces of at most ``PIECE`` samples that never cross a client boundary;
-``prange`` runs over the pieces, each accumulating its own sums (so threads
-never share an accumulator), which are then added up per client. A piece is
+``prange`` runs over the pieces (on one thread for small passes:
+:func:`fedmm.threads.parallel_kernel`), each accumulating its own sums (so
+threads never share an accumulator), which are then added up per client. A piece is
 walked in blocks of ``BLOCK`` samples, copied transposed so that samples are
 the vector lanes: per block the kernel computes the component log-densities,
 the log-sum-exp (with an exponential LLVM vectorizes, :func:`_exp_block`) and
