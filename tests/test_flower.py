@@ -7,13 +7,13 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Message  # noqa: E402
+from flwr.app import Array, ArrayRecord, Message, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
 from fedmm.flower import client_app, fit  # noqa: E402
 from fedmm.flower.client import _ANSWERS  # noqa: E402
-from fedmm.flower.codec import arrays, config, encode  # noqa: E402
+from fedmm.flower.codec import STYPE, arrays, config, encode  # noqa: E402
 from fedmm.flower.testing import LocalGrid  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
@@ -205,14 +205,15 @@ def test_clients_are_ordered_by_their_names_not_their_node_ids():
 
 
 @pytest.mark.parametrize("model, method", [
-    ("gmm", "fedgrem"),
+    pytest.param("gmm", "fedgrem", marks=pytest.mark.slow),
     pytest.param("gmm", "fedem", marks=pytest.mark.slow),
     pytest.param("mor", "fedgrem", marks=pytest.mark.slow),
     pytest.param("mor", "fedem", marks=pytest.mark.slow)])
 def test_flwr_run_gives_the_in_process_fit(model, method, tmp_path, capsys):
     """flwr's own simulation runtime (``flwr run``, one SuperNode per client on Ray), quick form of
-    ``fedmm flower-demo``: the fitted parameters equal the in-process ones to 1e-8 (the default run
-    checks FedGrEM on Gaussian mixtures; ``-m slow`` the other three)."""
+    ``fedmm flower-demo``: the fitted parameters equal the in-process ones to 1e-8. About a minute, most
+    of it Flower's and Ray's start, so behind ``-m slow``: CI runs FedGrEM on Gaussian mixtures on its
+    own (``.ci/run``), ``-m slow`` all four."""
     pytest.importorskip("ray")
     from fedmm.flower.demo import flower_demo
     remote, local, truth = flower_demo(n_clients=3, n_samples=100 if model == "gmm" else 150, method=method,
@@ -274,3 +275,26 @@ def test_auto_penalty_on_flower_chooses_and_fits_as_in_one_process():
                                rtol=1e-10)
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
     assert remote.flower_rejections_ == []
+
+def test_arrays_travel_as_their_exact_numbers():
+    values = {"theta": np.random.RandomState(0).standard_normal((3, 2, 4)), "n": np.arange(3),
+              "pooled": np.array([True, False]), "empty": np.zeros((0, 2)),
+              "big-endian": np.arange(4.0).astype(">f8")}
+    back = arrays(encode(values))
+    assert set(back) == set(values)
+    for k, v in values.items():
+        np.testing.assert_array_equal(back[k], v)
+        assert back[k].shape == np.shape(v) and back[k].flags.writeable and back[k].dtype.isnative
+
+
+@pytest.mark.parametrize("array, error", [
+    (Array(dtype="|O", shape=(1,), stype=STYPE, data=b"\0" * 8), "numbers only"),
+    (Array(dtype="<f8", shape=(3,), stype=STYPE, data=b"\0" * 16), "buffer|size|reshape"),
+    (Array(np.zeros(3)), "serialized as"),
+    (Array(dtype="no such dtype", shape=(1,), stype=STYPE, data=b"\0" * 8), "data type"),
+])
+def test_an_array_that_is_not_numbers_filling_its_shape_is_refused(array, error):
+    """What the server's decoding raises (and turns into a rejected reply, 'malformed reply ...')."""
+    content = RecordDict({"arrays": ArrayRecord({"theta": array})})
+    with pytest.raises((ValueError, TypeError), match=error):
+        arrays(content)

@@ -128,8 +128,8 @@ def test_bench_clients_quick(capsys):
 
 
 def test_pooling_choice_quick(capsys):
-    """validation/pooling_choice.py runs (quick: label-skewed digits and the MoR design at h = 2, two
-    replications) and prints every candidate, penalty='auto', which candidates it chose, by what margin and at
+    """validation/pooling_choice.py runs (quick: label-skewed digits and the MoR design at h = 2, one
+    replication) and prints every candidate, penalty='auto', which candidates it chose, by what margin and at
     what cost, for each case."""
     assert _load("pooling_choice").main(["--quick"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| digits") or

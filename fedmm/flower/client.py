@@ -52,7 +52,7 @@ from ..kernels import resolve_backend
 from ..protocol import Broadcast, ClientState
 from ..tuning import client_fold
 from ..units import Units, client_sums
-from .codec import arrays, config, encode, flatten, unflatten
+from .codec import arrays, config, encode, flatten, record_arrays, unflatten
 
 __all__ = ["client_app", "load_from_config", "ESTIMATORS"]
 
@@ -163,7 +163,7 @@ class _Session:
         self.family = est._make_family(resolve_backend(est.backend, data.X.shape[0]))
         self.context = context
         if "fedmm.units" in context.state:
-            units = unflatten(Units, {k: v.numpy() for k, v in context.state["fedmm.units"].items()})
+            units = unflatten(Units, record_arrays(context.state["fedmm.units"]))
             data = units.transform(data)
             data = data.with_X(self.family.design(data.X))
         self.data = data
@@ -178,7 +178,7 @@ class _Session:
         return self.data.take_rows(rows, [len(rows)])
 
     def state(self):
-        saved = {k: v.numpy() for k, v in self.context.state["fedmm.state"].items()}
+        saved = record_arrays(self.context.state["fedmm.state"])
         return ClientState(unflatten(MixtureParams, saved, "params."), saved["w0"])
 
     def save(self, state):

@@ -2,14 +2,20 @@
 
 A message's arrays travel in one ``ArrayRecord`` under their field names (``"theta"``,
 ``"stats.Sx"``: nested tuples by dotted path, None fields left out), everything else in one
-``ConfigRecord``. Decoding builds nothing the receiver did not ask for: the receiver names the type,
+``ConfigRecord``. An array travels as its raw little-endian bytes with its dtype and shape
+(:data:`STYPE`), not in Flower's default ``.npy`` form: ``np.save`` and ``np.load`` per array were
+two thirds of a simulated fit's time (70 us each, every client, every round), and the bytes are the
+same numbers to the last bit. Decoding builds nothing the receiver did not ask for: the receiver names the type,
 and :mod:`fedmm.flower.server` checks every array before it is used.
 """
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-__all__ = ["encode", "arrays", "config", "flatten", "unflatten"]
+__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten"]
+
+#: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
+STYPE = "fedmm.raw"
 
 
 def flatten(tree, prefix=""):
@@ -42,14 +48,36 @@ def unflatten(cls, values, prefix="", nested=None):
 def encode(arrays=None, **config):
     """A ``RecordDict`` with ``arrays`` ({name: ndarray}) and the scalars ``config``."""
     content = RecordDict()
-    content["arrays"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in (arrays or {}).items()})
+    content["arrays"] = ArrayRecord({k: _to_array(v) for k, v in (arrays or {}).items()})
     content["config"] = ConfigRecord(config)
     return content
 
 
 def arrays(content):
     """``{name: ndarray}`` of a ``RecordDict`` made by :func:`encode` (KeyError when it has none)."""
-    return {k: v.numpy() for k, v in content["arrays"].items()}
+    return record_arrays(content["arrays"])
+
+
+def record_arrays(record):
+    """``{name: ndarray}`` of an ``ArrayRecord`` made by :func:`encode`."""
+    return {k: _from_array(v) for k, v in record.items()}
+
+
+def _to_array(value):
+    value = np.asarray(value)
+    value = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+    return Array(dtype=value.dtype.str, shape=tuple(int(s) for s in value.shape), stype=STYPE, data=value.tobytes())
+
+
+def _from_array(array):
+    """The ndarray of an ``Array`` (a writable copy); ValueError or TypeError for anything but numbers of a
+    known dtype whose bytes fill the shape, or another serialization."""
+    if array.stype != STYPE:
+        raise ValueError(f"an array serialized as {array.stype!r}, expected {STYPE!r}")
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in "biuf":
+        raise ValueError(f"an array of dtype {dtype}: numbers only")
+    return np.frombuffer(array.data, dtype=dtype).reshape(array.shape).astype(dtype.newbyteorder("="))
 
 
 def config(content):
