@@ -10,7 +10,8 @@ fedmm's speed where users run it (``docs/performance.md``, *Threads and busy mac
    (:func:`parallel_kernel`), and the serial copy runs below :data:`MIN_PARALLEL_WORK` units of work
    (a sample times a component times a coordinate, or what a kernel counts as alike): below it a
    parallel region cannot pay for itself when the machine is busy (``validation/bench_load.py``
-   measures the crossover). A small fit starts no thread at all.
+   measures the crossover). A small fit starts no thread at all. Larger work uses no more threads
+   than the machine has idle cores at that instant (Linux).
 2. **Waiting threads sleep soon.** Numba's thread pool is started by fedmm, and while its OpenMP
    runtime loads, the environment asks it to spin at most briefly (:data:`WAIT_POLICY`) before it
    sleeps; the variables are restored at once, so no other library in the process sees them. A
@@ -49,6 +50,7 @@ _local = threading.local()       # limit(): a thread's own cap
 _pool_lock = threading.Lock()
 _pool_started = False
 _launches = 0                    # parallel_launches()
+_others = 0.0                    # _idle_cores(): other runnable threads, a running estimate
 
 
 def get_num_threads():
@@ -106,6 +108,26 @@ def parallel_launches():
     return _launches
 
 
+def _idle_cores():
+    """The machine's cores that other threads do not keep busy, at least one.
+
+    Linux's ``/proc/loadavg`` counts the threads running or waiting to run at this instant (its fourth
+    field), the calling one included. Each call halves the distance of a running estimate to what it
+    reads, so a thread that runs for an instant does not make a kernel serial and other processes that
+    keep the cores busy do within a call or two. Where the file is missing (macOS, Windows) every core
+    counts as idle.
+    """
+    global _others
+    cores = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            runnable = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return cores
+    _others = (_others + runnable - 1) / 2
+    return max(1, cores - int(_others + 0.4))  # rounded, half a thread (one instant's) ignored
+
+
 def _start_pool():
     """Start Numba's thread pool once, with :data:`WAIT_POLICY` in the environment while its threading
     layer (and so the OpenMP runtime) loads: libgomp reads it then, and only then."""
@@ -141,7 +163,7 @@ class ParallelKernel:
         self.__doc__, self.__name__, self.__wrapped__ = py_func.__doc__, py_func.__name__, py_func
 
     def __call__(self, work, tasks, *args):
-        threads = min(get_num_threads(), tasks) if work >= MIN_PARALLEL_WORK else 1
+        threads = min(get_num_threads(), tasks, _idle_cores()) if work >= MIN_PARALLEL_WORK else 1
         if threads <= 1:
             return self.serial(*args)
         global _launches

@@ -1,4 +1,5 @@
 import sys
+from contextlib import contextmanager
 from unittest import mock
 
 import numpy as np
@@ -14,7 +15,10 @@ def rng():
     return np.random.RandomState(0)
 
 
+@contextmanager
 def kernel_copies(parallel):
-    """Run every compiled kernel on its parallel copy whatever the size (``parallel``), or on its serial
-    one (:func:`fedmm.threads.parallel_kernel`)."""
-    return mock.patch("fedmm.threads.MIN_PARALLEL_WORK", 0 if parallel else sys.maxsize)
+    """Run every compiled kernel on its parallel copy whatever the size and however busy the machine
+    (``parallel``), or on its serial one (:func:`fedmm.threads.parallel_kernel`)."""
+    with mock.patch("fedmm.threads.MIN_PARALLEL_WORK", 0 if parallel else sys.maxsize), \
+            mock.patch("fedmm.threads._idle_cores", lambda: sys.maxsize):
+        yield

@@ -44,11 +44,16 @@ def test_a_default_fit_on_small_data_starts_no_thread():
 
 
 @needs_two
-def test_large_work_runs_in_parallel_unless_capped():
+def test_large_work_runs_in_parallel_unless_capped_or_the_cores_are_busy(monkeypatch):
     estep = _big_estep()
+    monkeypatch.setattr(threads, "_idle_cores", lambda: 64)
     before = threads.parallel_launches()
     estep()
     assert threads.parallel_launches() == before + 1
+    monkeypatch.setattr(threads, "_idle_cores", lambda: 1)  # every other core taken right now
+    estep()
+    assert threads.parallel_launches() == before + 1
+    monkeypatch.setattr(threads, "_idle_cores", lambda: 64)
     with threads.limit(1):
         estep()
     assert threads.parallel_launches() == before + 1
@@ -117,3 +122,25 @@ def test_the_wait_policy_is_seen_by_the_thread_pool_only(user, expected):
     out = subprocess.run([sys.executable, "-c", _POOL], env={**env, **user}, capture_output=True, text=True,
                          check=True).stdout.split()
     assert " ".join(out[1:]) == expected
+
+
+def test_idle_cores_are_counted_from_the_runnable_threads(monkeypatch, tmp_path):
+    """Linux's /proc/loadavg: '0.50 0.40 0.30 3/250 12345' is three runnable threads, this one included; the
+    estimate follows what it reads halfway each call."""
+    import builtins
+    real_open = builtins.open
+
+    def fake(runnable):
+        path = tmp_path / "loadavg"
+        path.write_text(f"0.50 0.40 0.30 {runnable}/250 12345\n")
+        monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(path if f == "/proc/loadavg" else f, *a, **k))
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(threads, "_others", 0.0)
+    fake(1)
+    assert threads._idle_cores() == 4
+    fake(3)  # two other threads, for an instant (estimate 1) and still (1.5)
+    assert [threads._idle_cores(), threads._idle_cores()] == [3, 3]
+    assert [threads._idle_cores() for _ in range(4)][-1] == 2   # and for good (estimate 1.97)
+    fake(40)
+    assert threads._idle_cores() == 1

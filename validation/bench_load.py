@@ -92,8 +92,10 @@ def case_round(quick):
     from bench_kernels import R, em_round_time, sklearn_iteration_time
     n, d = (10 ** 5 if quick else 10 ** 6), 10
     X = np.random.RandomState(0).standard_normal((n, d)) + 3.0 * np.random.RandomState(1).randint(0, R, (n, 1))
-    repeats = 3 if quick else 7
-    out = {"seconds": em_round_time(X, "numba", repeats)}
+    # A round is milliseconds: the median of enough of them to span about a second of the scheduler's
+    # sharing, not of three that one time slice decides.
+    repeats = 200 if quick else 40
+    out = {"seconds": em_round_time(X, "numba", repeats, timer=median_time)}
     if os.environ.get("BENCH_LOAD_REFERENCES"):
         out["sklearn"] = sklearn_iteration_time(X, 3)
         out["memory_pass"] = median_time(lambda: X.sum(axis=0), repeats)
