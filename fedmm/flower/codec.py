@@ -5,8 +5,8 @@ A message's arrays travel in one ``ArrayRecord`` under their field names (``"the
 ``ConfigRecord``. An array travels as its raw little-endian bytes with its dtype and shape
 (:data:`STYPE`), not in Flower's default ``.npy`` form: ``np.save`` and ``np.load`` per array were
 two thirds of a simulated fit's time (70 us each, every client, every round), and the bytes are the
-same numbers to the last bit. Decoding builds nothing the receiver did not ask for: the receiver names the type,
-and :mod:`fedmm.flower.server` checks every array before it is used.
+same numbers to the last bit. Decoding builds nothing the receiver did not ask for: the receiver
+names the type, and :mod:`fedmm.flower.server` checks every array before it is used.
 """
 
 import numpy as np
