@@ -109,13 +109,13 @@ class FederatedData:
         return FederatedData(X, self.y, self.offsets, self.client_ids, self.order, self.feature_names)
 
     @classmethod
-    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None, client_ids=None):
+    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None, client_ids=None, model="the model"):
         """Validate client data and pack it.
 
         Parameters
         ----------
         X : list of array-like of shape (n_k, d), or array-like of shape (n, d)
-            One array per client, or all samples with ``groups``.
+            One array per client, or all samples with ``groups`` (without: one client).
         y : list of array-like of shape (n_k,), or array-like of shape (n,), optional
             Responses, matched to ``X`` client by client.
         groups : array-like of shape (n,), optional
@@ -128,6 +128,8 @@ class FederatedData:
         client_ids : array-like, optional
             Names of the clients of list input in messages and ``client_ids``
             (default ``0..K-1``).
+        model : str
+            What expects ``n_features``, for its error message.
 
         Raises
         ------
@@ -140,13 +142,15 @@ class FederatedData:
         if require_y and y is None:
             raise ValueError("y is required: a mixture of regressions needs one response per sample.")
         _check_container(X, "X")
+        if isinstance(X, (list, tuple)) and len(X) == 0:
+            raise ValueError("X is an empty list: at least one client is needed.")
+        if not isinstance(X, (list, tuple)) and groups is None:
+            X, y = [X], None if y is None else [y]  # one array without groups: one client (scikit-learn's fit(X))
         names = _feature_names(X)
         order = rows = None
         if isinstance(X, (list, tuple)):
             if groups is not None:
                 raise ValueError("Pass either a list of client arrays or one array with groups=, not both.")
-            if len(X) == 0:
-                raise ValueError("X is an empty list: at least one client is needed.")
             if y is not None and (not isinstance(y, (list, tuple)) or len(y) != len(X)):
                 raise ValueError("With a list of client arrays X, y must be a list of the same length "
                                  f"(got {len(X)} clients in X).")
@@ -154,9 +158,6 @@ class FederatedData:
             ys = None if y is None else list(y)
             client_ids = np.arange(len(Xs)) if client_ids is None else np.asarray(client_ids)
         else:
-            if groups is None:
-                raise ValueError("A single array X needs groups= (the client id of each row); "
-                                 "or pass a list with one array per client.")
             _check_container(groups, "groups")
             X_arr = _as_array(X, "X")
             groups = _check_groups(groups)
@@ -177,7 +178,7 @@ class FederatedData:
 
         Xs = [_check_client_X(Xk, _name(k, client_ids[k]), None if rows is None else rows[k])
               for k, Xk in enumerate(Xs)]
-        _check_dimensions(Xs, client_ids, n_features)
+        _check_dimensions(Xs, client_ids, n_features, model)
         if ys is not None:
             ys = [_check_client_y(yk, Xk.shape[0], _name(k, client_ids[k]), None if rows is None else rows[k])
                   for k, (Xk, yk) in enumerate(zip(Xs, ys))]
@@ -353,9 +354,11 @@ def _check_groups(groups):
     return groups
 
 
-def _check_dimensions(Xs, client_ids, n_features):
+def _check_dimensions(Xs, client_ids, n_features, model):
     """Every client has ``n_features`` features (or, when fitting, the number most clients have)."""
     d = np.array([Xk.shape[1] for Xk in Xs])
+    if n_features is not None and len(Xs) == 1 and d[0] != n_features:  # scikit-learn's words
+        raise ValueError(f"X has {d[0]} features, but {model} is expecting {n_features} features as input.")
     expected = n_features if n_features is not None else np.bincount(d).argmax()
     wrong = np.flatnonzero(d != expected)
     if wrong.size:
@@ -370,12 +373,16 @@ def _where(bad, rows):
 
 
 def _real(values, name, what):
-    """``values`` as real numbers: numeric dtypes as they are, objects that all are real numbers converted."""
-    if values.dtype == object and all(isinstance(v, Real) and not isinstance(v, (bool, np.bool_))
-                                      for v in values.ravel()):
-        values = values.astype(float)
+    """``values`` as real numbers: numeric dtypes as they are, objects converted if each is a real number."""
+    if values.dtype == object:
+        if any(isinstance(v, (bool, np.bool_)) for v in values.ravel()):
+            raise ValueError(f"{name}: {what} must be real numbers, not booleans.")
+        try:
+            values = values.astype(float)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{name}: {what} must be real numbers: {err}") from None
     if values.dtype.kind not in "iuf":
-        hint = " (booleans and complex numbers are not)" if values.dtype.kind in "bc" else ""
+        hint = ". Complex data not supported, nor booleans" if values.dtype.kind in "bc" else ""
         raise ValueError(f"{name}: {what} must be real numbers{hint}; got dtype {values.dtype}.")
     return values
 
@@ -383,10 +390,12 @@ def _real(values, name, what):
 def _check_client_X(Xk, name, rows):
     Xk = _as_array(Xk, f"{name}: X")
     if Xk.ndim != 2:
-        hint = " Reshape with X_k.reshape(-1, 1) for one feature." if Xk.ndim == 1 else ""
+        hint = " Reshape your data with X_k.reshape(-1, 1) if it has one feature." if Xk.ndim == 1 else ""
         raise ValueError(f"{name}: X must be 2-D (n_samples, n_features), got shape {Xk.shape}.{hint}")
     if Xk.shape[0] == 0:
         raise ValueError(f"{name} has no samples; drop it or give it data.")
+    if Xk.shape[1] == 0:
+        raise ValueError(f"{name}: X has 0 feature(s) (shape={Xk.shape}) while a minimum of 1 is required.")
     Xk = _real(Xk, name, "X")
     if not np.all(np.isfinite(Xk)):
         bad = np.flatnonzero(~np.all(np.isfinite(Xk), axis=1))

@@ -6,7 +6,6 @@ layout and the internal one; the estimation itself is the chosen
 """
 
 import copy
-import inspect
 import warnings
 from abc import ABC, abstractmethod
 from numbers import Integral, Real
@@ -18,11 +17,6 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params as P
-from .algorithms import METHODS, GradientStrategy, make_strategy, method_options
-from .algorithms._base import ETA_RULES
-from .algorithms.dfedem import GRAPHS, MIXINGS
-from .algorithms.federico import LOSSES as FEDERICO_LOSSES
-from .algorithms.fedgrem import PENALTIES, POOLING_SIZES, SHRINKAGES, FedGrEM
 from .alignment import ALIGNMENT_METHODS
 from .data import FederatedData, check_component_sizes, check_components, check_empty_components
 from .clients import LocalClients, fit_weights
@@ -32,45 +26,18 @@ from .families.gaussian import COVARIANCE_TYPES
 from .families.regression import NOISE_MODES
 from .initialization import INITS, align_params, make_starts
 from .kernels import BACKENDS, resolve_backend
-from .tuning import PENALTY_CANDIDATES, TRIM, client_median, select_penalty
-from .units import pooled_moments
-
-#: Folds of every client's samples when FedGrEM's penalty is tuned (penalty="auto"): each holds out 20%.
-N_FOLDS = 5
+from .methods import METHODS, GradientStrategy, Method, make_method
+from .tuning import client_median
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
 _SHARED_CONSTRAINTS = {
     "n_components": P.integer(1),
-    "method": P.one_of(*METHODS),
+    "method": P.any_of(P.one_of(*METHODS), P.instance(Method, text="a method object (fedmm.methods)")),
     "n_init": P.integer(1),
     "max_iter": P.integer(1),
     "tol": P.real(0.0, np.inf, high_open=True),
     "init": P.one_of(*INITS),
     "alignment": P.any_of(P.one_of(*ALIGNMENT_METHODS), P.none),
-    "C_eta": P.Constraint(P.real(0.0, 2.0, low_open=True, high_open=True).accepts,
-                          "a number in (0, 2): a gradient step with eta * w >= 2 overshoots the M-step instead of "
-                          "moving towards it (the paper uses 0.55 to 1.35)"),
-    "eta_rule": P.one_of(*ETA_RULES),
-    "penalty": P.any_of(P.one_of(*PENALTIES, "auto"), P.real(0.0), P.function),
-    "penalty_params": P.any_of(P.instance(dict, text="a dict"), P.none),
-    "center_restarts": P.integer(0),
-    "pooling_sizes": P.one_of(*POOLING_SIZES),
-    "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
-    "centre_margins": P.boolean,
-    "shrinkage": P.one_of(*SHRINKAGES),
-    "tgmm_lambda": P.real(0.0, np.inf, high_open=True),
-    "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"), P.function),
-    "mixing": P.one_of(*MIXINGS),
-    "n_gossip": P.integer(1),
-    "federico_neighbors": P.integer(1),
-    "federico_epsilon": P.real(0.0, 1.0),
-    "federico_beta": P.any_of(P.real(0.0, 1.0, low_open=True), P.none),
-    "federico_loss": P.one_of(*FEDERICO_LOSSES),
-    "coupling": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
-    "threshold0": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
-    "threshold_min": P.any_of(P.real(0.0, np.inf, high_open=True), P.none),
-    "participation": P.real(0.0, 1.0, low_open=True),
-    "dropout": P.real(0.0, 1.0, high_open=True),
     "backend": P.one_of(*BACKENDS),
     "verbose": P.integer(0),
     "verbose_interval": P.integer(1),
@@ -88,15 +55,6 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
     _family_class = None
-    #: Constructor arguments that belong to some methods only: a method that does not take one refuses a
-    #: value other than the default. ``_gradient_options`` go to the family and matter to gradient methods.
-    _method_options = ("C_eta", "eta_rule", "penalty", "penalty_params", "center_restarts", "pooling_sizes",
-                       "pool_variances", "centre_margins", "shrinkage", "tgmm_lambda", "graph", "mixing", "n_gossip",
-                       "federico_neighbors",
-                       "federico_epsilon", "federico_beta", "federico_loss", "coupling", "threshold0", "threshold_min",
-                       "participation", "dropout")
-    _gradient_options = ()
-
     @abstractmethod
     def _make_family(self, backend):
         """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
@@ -129,68 +87,32 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _publish(self, params):
         """Set the family-specific fitted attributes from the internal parameters."""
 
-    @classmethod
-    def options_for(cls, method, options):
-        """The part of ``options`` (constructor arguments) that ``method`` uses.
-
-        Arguments every method uses are always kept; a method-specific one
-        (``C_eta``, ``penalty``, ``tgmm_lambda``, ...) only for the methods that
-        take it. For studies that run several methods with one set of options.
-        """
-        return {name: value for name, value in options.items() if cls._applies(name, method)}
-
-    @classmethod
-    def _applies(cls, name, method):
-        if name not in cls._method_options:
-            return True
-        if name in ("participation", "dropout"):  # the engine's, for methods whose server hears clients
-            return METHODS[method].client_server
-        gradient = issubclass(METHODS[method], GradientStrategy)
-        return name in method_options(method) or (name in cls._gradient_options and gradient)
-
     def _check_params(self):
-        """Every constructor argument against its declared constraint, then against the method: an option the
-        chosen method does not use must keep its default (a changed one would be silently ignored)."""
+        """Every constructor argument against its declared constraint, the method's own options included:
+        the fit's method object (a copy of ``method``, or the named method with its defaults)."""
         P.validate(self.get_params(deep=False), self._parameter_constraints)
-        defaults = inspect.signature(type(self).__init__).parameters
-        for name in self._method_options:
-            value, default = getattr(self, name), defaults[name].default
-            if not self._applies(name, self.method) and _differs(value, default):
-                users = [m for m in METHODS if self._applies(name, m)]
-                shown = repr(value) if np.ndim(value) == 0 else f"<array of shape {np.shape(value)}>"
-                raise ValueError(f"{name}={shown} is not used by method={self.method!r} (only by {users}); "
-                                 f"leave it at its default {default!r} or choose one of those methods.")
-        if self.penalty == "auto" and not issubclass(METHODS[self.method], FedGrEM):
-            raise ValueError(f"penalty='auto' tunes FedGrEM's penalty; method={self.method!r} has none.")
-
-    def _strategy_options(self, rng):
-        """The constructor arguments the chosen method takes, under the strategy's names; a method that draws
-        (D-FedEM's random graph) gets a seed from ``rng``, the same for all its starts."""
-        takes = method_options(self.method)
-        options = {name: getattr(self, name) for name in self._method_options if name in takes}
-        if "random_state" in takes:
-            options["random_state"] = rng.randint(2 ** 31 - 1)
-        return options
+        return make_method(self.method)
 
     def _fit(self, X, y, groups):
-        self._check_params()
+        strategy = self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
         family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
         if data.feature_names is not None:
             self.feature_names_in_ = data.feature_names
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        return self._fit_clients(family, LocalClients(family, data), data.client_ids, data.n_features)
+        return self._fit_clients(strategy, family, LocalClients(family, data), data.client_ids, data.n_features)
 
-    def _fit_clients(self, family, clients, client_ids, n_features):
-        """The fit, talking to the clients only through ``clients`` (:mod:`fedmm.clients`; across separate
-        parties :mod:`fedmm.flower`), which hold their data in the data's own units."""
+    def _fit_clients(self, strategy, family, clients, client_ids, n_features):
+        """The fit with the validated method object ``strategy``, talking to the clients only through
+        ``clients`` (:mod:`fedmm.clients`; across separate parties :mod:`fedmm.flower`), which hold their
+        data in the data's own units."""
         rng = check_random_state(self.random_state)
-        options = self._strategy_options(rng)
-        auto = options.get("penalty") == "auto"
-        if auto:
-            options.update(PENALTY_CANDIDATES[0])
-        strategy = make_strategy(self.method, **options)
+        if "random_state" in strategy.get_params():
+            # A method that draws (D-FedEM's random graph) takes a seed from the fit's, the same for all starts.
+            seed = rng.randint(2 ** 31 - 1)
+            if strategy.random_state is None:
+                strategy.set_params(random_state=seed)
         check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = n_features
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
@@ -198,29 +120,26 @@ class _FederatedMixture(BaseEstimator, ABC):
         clients.set_units(units)
         user = self._user_start(family, units, clients.n_clients, self.n_features_in_)
         jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
-        self.penalty_selection_ = None
-        if auto:
-            # The folds draw from a copy of the random state, so that the final fit is the chosen candidate's
-            # fit with the same random_state.
-            cv_rng = copy.deepcopy(rng)
+        # Choices made on held-out folds draw from a copy of the random state, so that the final fit is the
+        # chosen one's fit with the same random_state.
+        cv_rng = copy.deepcopy(rng)
 
-            def fit_each(train, candidates):
-                """Every candidate from the same starts: the comparison is paired."""
-                fits = [make_strategy(self.method, **{**options, **candidate}) for candidate in candidates]
-                starts = self._starts(family, train, fits[0], cv_rng, user)
-                return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in fits]
-            chosen, self.penalty_selection_ = select_penalty(fit_each, clients, PENALTY_CANDIDATES, N_FOLDS, TRIM,
-                                                             cv_rng)
-            options.update(chosen)
+        def fit_each(train, candidates):
+            """Every candidate from the same starts: the comparison is paired."""
+            starts = self._starts(family, train, candidates[0], cv_rng, user)
+            return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in candidates]
+        strategy, selection = strategy.tune(fit_each, clients, cv_rng)
+        if selection is not None:
             for key in ("score", "client_scores"):  # per sample, in the data's units as every likelihood here
-                self.penalty_selection_[key] = self.penalty_selection_[key] + jacobian
-            strategy = make_strategy(self.method, **options)
+                selection[key] = selection[key] + jacobian
+        self.penalty_selection_ = selection
 
         progress = Progress(self.verbose, self.verbose_interval, jacobian)
         result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress)
         params = family.to_original(result.params, units)
 
         self._family = family
+        self.method_ = strategy
         self.n_clients_ = clients.n_clients
         self.client_ids_ = client_ids
         self.params_ = params
@@ -240,9 +159,9 @@ class _FederatedMixture(BaseEstimator, ABC):
             per_client=strategy.per_client, stacklevel=5)
         self.empty_components_ = check_empty_components(clients.n_samples[:, None] * params.weights, stacklevel=5)
         if not self.converged_:
-            warnings.warn(f"method={self.method!r} did not converge in max_iter={self.max_iter} rounds "
-                          f"(tol={self.tol:g}); increase max_iter or tol, or try other starts (n_init).",
-                          ConvergenceWarning, stacklevel=3)
+            warnings.warn(f"method={strategy.name or type(strategy).__name__!r} did not converge in "
+                          f"max_iter={self.max_iter} rounds (tol={self.tol:g}); increase max_iter or tol, or try "
+                          "other starts (n_init).", ConvergenceWarning, stacklevel=3)
         return self
 
     def _starts(self, family, data, strategy, rng, user):
@@ -253,8 +172,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
         starts = self._starts(family, data, strategy, rng, user) if starts is None else starts
         participation = None
-        if self.participation < 1.0 or self.dropout > 0.0:
-            participation = Participation(self.participation, self.dropout, rng.randint(2 ** 31 - 1))
+        fraction, dropout = getattr(strategy, "participation", 1.0), getattr(strategy, "dropout", 0.0)
+        if fraction < 1.0 or dropout > 0.0:
+            participation = Participation(fraction, dropout, rng.randint(2 ** 31 - 1))
         result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol,
                               progress=progress or Progress(), participation=participation)
         alignment = starts[result.start][1]
@@ -281,7 +201,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         check_is_fitted(self, "params_")
         many = isinstance(X, (list, tuple))
         data = FederatedData.from_input(X if many else [X], y if many or y is None else [y],
-                                        n_features=self.n_features_in_, require_y=self._family.needs_y)
+                                        n_features=self.n_features_in_, model=type(self).__name__,
+                                        require_y=self._family.needs_y)
         self._check_feature_names(data.feature_names)
         data = data.with_X(self._family.design(data.X))
         center, scale = self._center
@@ -321,28 +242,31 @@ class _FederatedMixture(BaseEstimator, ABC):
         list for list input, one array (in the caller's row order) otherwise.
         """
         check_is_fitted(self, "params_")
-        d = self.n_features_in_
+        fitted = dict(n_features=self.n_features_in_, model=type(self).__name__)
         require_y = require_y and self._family.needs_y
-        if client is not None:
+        alone = client is None and groups is None and self.n_clients_ == 1 and not isinstance(X, (list, tuple))
+        if client is not None or alone:  # one client's rows (the model's only client when none is named)
             if isinstance(X, (list, tuple)):
                 raise ValueError("client= goes with one array X, not a list of client arrays.")
             params = self._client_params(client)
-            ids = None if isinstance(client, ClientMixture) else np.array([client], dtype=self.client_ids_.dtype)
-            data = FederatedData.from_input([X], None if y is None else [y], n_features=d, require_y=require_y,
+            ids = None if alone or isinstance(client, ClientMixture) else \
+                np.array([client], dtype=self.client_ids_.dtype)
+            data = FederatedData.from_input([X], None if y is None else [y], **fitted, require_y=require_y,
                                             client_ids=ids)
             unpack = lambda values: values  # noqa: E731
         elif isinstance(X, (list, tuple)):
             if len(X) != self.n_clients_:
                 raise ValueError(f"Got {len(X)} client arrays but the model was fitted on {self.n_clients_} "
                                  "clients; pass all of them in order, or one array with client=.")
-            data = FederatedData.from_input(X, y, n_features=d, require_y=require_y, client_ids=self.client_ids_)
+            data = FederatedData.from_input(X, y, **fitted, require_y=require_y, client_ids=self.client_ids_)
             params = self.params_
             unpack = data.split
         elif groups is None:
-            raise ValueError("Pass a list with one array per client, or one array with client=<id> "
-                             "(whose parameters to use) or groups=<client id of each row>.")
+            raise ValueError(f"The model has {self.n_clients_} clients: pass a list with one array per client, or "
+                             "one array with client=<id> (whose parameters to use) or groups=<client id of each "
+                             "row>; a new client's mixture comes from personalize(X).")
         else:
-            data = FederatedData.from_input(X, y, groups, n_features=d, require_y=require_y)
+            data = FederatedData.from_input(X, y, groups, **fitted, require_y=require_y)
             params = self.params_.take(self._client_index(data.client_ids))
             unpack = data.to_caller_order
         self._check_feature_names(data.feature_names)
@@ -434,7 +358,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         consensus per neighbourhood, counts every client's own (an upper
         bound, as for local EM). A new client adds its proportions only.
         """
-        strategy, R, d = METHODS[self.method], self.n_components, self.n_features_in_
+        strategy, R, d = self.method_, self.n_components, self.n_features_in_
         if index is None:
             return R - 1
         K = len(index)
@@ -453,7 +377,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         else:
             pooled, kept = self._kept_share(index)
             means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
-            follow = self.pool_variances != "robust" and bool(self.pool_variances) and self._family.scale_per_component
+            shared = strategy.pool_variances
+            follow = shared != "robust" and bool(shared) and self._family.scale_per_component
             scales = (pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0) if follow
                       else distinct(self.pooled_variances_[index]))
         return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()
@@ -566,11 +491,11 @@ def _log_jacobian(units, conditional):
 
 
 _SHARED_PARAMS_DOC = """
-    method : {"fedgrem", "fedem", "d-fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem"}, default="fedgrem"
-        The estimation strategy (``docs/methods.md``): FedGrEM (robust,
-        adaptive federated gradient EM, ``docs/fedgrem.md``), FedEM (shared
-        components), TGMM (shrinkage towards the other clients' starts), or
-        EM / gradient EM on each client alone or on the pooled data.
+    method : str or method object, default="fedgrem"
+        The estimation method, by name with its defaults ({METHOD_NAMES}) or as an object of
+        :mod:`fedmm.methods` with options of its own, e.g. ``FedGrEM(penalty="paper")``
+        (``docs/methods.md`` says which to choose): FedGrEM is robust to outlier clients and pools
+        clients as far as they are alike.
     n_init : int, default=1
         Number of starts; the best log-likelihood is kept (per client for the
         local methods, whose clients are independent problems).
@@ -597,112 +522,6 @@ _SHARED_PARAMS_DOC = """
         per-client starts of methods that pool estimates, and the final
         estimates of the local methods, so that component ``r`` is the same
         component on every client. None leaves labels as estimated.
-    C_eta : float, default=1.0
-        Gradient methods take step ``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}``
-        (FedGrEM App. A.1, Cor. A.12; App. B.1 tests 0.55 to 1.35).
-    eta_rule : {"safeguarded", "initial"}, default="safeguarded"
-        ``"initial"``: the paper's fixed ``C_eta / w_hat^{[0]}``;
-        ``"safeguarded"``: ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, which is the
-        same while weights do not grow and cannot overshoot when they do
-        (``docs/fedgrem.md``).
-    penalty : {"sure-floored", "paper", "sure", "auto", "theory"}, float or callable, default="sure-floored"
-        FedGrEM's penalty ``lambda_t`` (:func:`fedmm.algorithms.fedgrem.penalty_schedule`):
-        "sure-floored", the larger of SURE's choice and the schedule's
-        ``lambda_t`` (fedmm's default: pools as SURE does where clients are
-        alike, is the paper's FedGrEM where they differ; ``docs/units.md``);
-        "paper", App. B.1's schedule (the paper's FedGrEM, the default of
-        studies on the paper's design); "sure", chosen every round by Stein's
-        unbiased estimate of the central update's squared error, trimmed over
-        clients (:func:`fedmm.tuning.sure_penalty`); "auto", one of
-        :data:`fedmm.tuning.PENALTY_CANDIDATES` ("sure-floored", it with
-        ``C = 8``, or full pooling ``inf``) by 5-fold cross-validated
-        likelihood trimmed over clients and the one-standard-error rule
-        (:mod:`fedmm.tuning`; sixteen fits; each client deals and scores its
-        own folds, also on Flower; ``penalty_params`` apply to the first
-        candidate); "theory",
-        Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a
-        function of the round ``t``.
-    penalty_params : dict, optional
-        Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory"
-        (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
-    center_restarts : int, default=1
-        FedGrEM: how often clients left unpooled are restarted from the
-        consensus (0: the paper's algorithm; ``docs/fedgrem.md``).
-    pooling_sizes : {"auto", "client", "component", "information"}, default="auto"
-        FedGrEM: the sizes weighting the central problem: ``n_k`` (the
-        paper), or ``n_k w_kr R``, each component's effective sample size at
-        the starting weights (scaled to equal ``n_k`` under uniform
-        proportions), which pools small components at their own noise level,
-        or ``"information"``: each client's estimate counts in the centre by
-        ``n_k w_kr R`` (pooled clients meet at pooled EM's fixed point) while
-        the thresholds stay the paper's, lowered only so that no component
-        pulls harder than the paper allows (``docs/fedgrem.md``). ``"auto"``:
-        ``"information"`` for FedGrEM (since 2026-11-24; ``"client"`` before),
-        ``"client"`` for d-FedGrEM.
-    pool_variances : {True, False, "robust"}, default=True
-        FedGrEM with estimated variances: True, each variance moves towards
-        the pooled variance as far as its mean moved towards the centre, so a
-        component pooled onto the centre takes the pooled variance (the pooled
-        M-step at the common mean, :func:`fedmm.algorithms.fedgrem.pool_variances`); False keeps
-        every client's own; "robust", the variances (covariances, noise
-        variances) get their own robust central update on log-variances
-        (:func:`fedmm.algorithms.fedgrem.robust_scale`), pooled where they are
-        alike whether or not the means are. ``pooled_variances_`` says whose
-        were pooled.
-    centre_margins : bool, default=False
-        FedGrEM and d-FedGrEM, an experimental option: every client's component
-        enters the central problem scaled by its margin, how clearly its
-        estimate is nearer its own component's centre than any other's
-        (:meth:`fedmm.algorithms.fedgrem.FedGrEM._with_margins`): a component
-        a client barely has, drifted onto another's samples, is pooled back
-        onto its own centre and counts for nothing in it. It helps where
-        clients are alike or label-skewed, costs where a client's component
-        truly differs towards another's, and does not always settle, so it is
-        off by default; False is the paper's central problem
-        (``docs/fedgrem.md``, "Centre margins").
-    shrinkage : {"soft", "linear"}, default="soft"
-        FedGrEM and d-FedGrEM: how the clients' components move towards the
-        centre. "soft", the paper's group soft threshold; "linear" (fedmm's),
-        each by the empirical Bayes factor ``tau^2 / (tau^2 + 1 / N_kr)`` of its
-        own noise and the clients' spread ``tau^2`` around the centre,
-        estimated every round, with outlying clients left to the soft
-        threshold (:func:`fedmm.central.linear_shrinkage`). Better on the
-        paper's simulated designs at every ``h``, not on real data
-        (``docs/fedgrem.md``, "Linear shrinkage").
-    tgmm_lambda : float, default=0.4
-        TGMM: weight of each other client's start in the penalized M-step.
-    graph : {"erdos-renyi", "complete", "ring", "torus"}, array-like of shape (n_clients, n_clients) or callable, default="erdos-renyi"
-        D-FedEM and d-FedGrEM: the communication graph (``docs/decentralized.md``): a name, an
-        adjacency matrix, or a time-varying ``t -> W``; "erdos-renyi" draws a
-        connected Erdos-Renyi(K, 0.5) graph from ``random_state`` (the FedEM paper's).
-    mixing : {"fastest", "metropolis-hastings"}, default="fastest"
-        D-FedEM: the mixing matrix on the graph (:mod:`fedmm.graphs`).
-    n_gossip : int, default=1
-        D-FedEM: exchanges with the neighbours per round.
-    federico_neighbors : int, default=3
-        FedeRiCo: models a client evaluates besides its own each round (``M``).
-    federico_epsilon : float in [0, 1], default=0.3
-        FedeRiCo: probability of a uniform pick in the epsilon-greedy choice of neighbours.
-    federico_beta : float in (0, 1] or None, default=0.6
-        FedeRiCo: momentum of the losses' moving average; None accumulates them.
-    federico_loss : {"mean", "sum"}, default="mean"
-        FedeRiCo: negative log-likelihood per sample, or summed as the paper's eq. (3)
-        (``docs/decentralized.md``).
-    coupling : float or None, default=None
-        Dynamic graph: ``rho``, the pull towards the clients within the threshold; None:
-        ``(2 / C_eta - 1) / (1 + 2 x largest degree)`` of each round's graph, the largest safe pull.
-    threshold0, threshold_min : float or None, default=None
-        Dynamic graph: the threshold ``alpha_t = max(threshold0 / t, threshold_min)`` on scaled squared
-        distances between clients (``docs/decentralized.md``); None: the 99% quantile of ``chi^2_{R p}``
-        and ten times it.
-    participation : float in (0, 1], default=1.0
-        Client-server methods (FedGrEM, FedEM, pooled): the fraction of clients
-        the server asks each round after the first, drawn from
-        ``random_state``; it reuses the last message of the others
-        (:class:`fedmm.engine.Participation`, ``docs/decentralized.md``).
-    dropout : float in [0, 1), default=0.0
-        Client-server methods: the probability that an asked client does not
-        reply in a round (it is then treated as not asked).
     backend : {"auto", "numba", "numpy", "cupy"}, default="auto"
         Kernels for the E-step (``docs/performance.md``): Numba's fused
         parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
@@ -717,6 +536,8 @@ _SHARED_PARAMS_DOC = """
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """
+
+_SHARED_PARAMS_DOC = _SHARED_PARAMS_DOC.replace("{METHOD_NAMES}", ", ".join(f'"{m}"' for m in METHODS))
 
 _SHARED_ATTRS_DOC = """
     weights_ : ndarray of shape (n_clients, n_components)
@@ -839,15 +660,9 @@ class FederatedGaussianMixture(_FederatedMixture):
                               "reg_covar": P.real(0.0, np.inf, high_open=True), "weights_init": _ARRAY_OR_NONE,
                               "means_init": _ARRAY_OR_NONE}
 
-    def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1,
-                 max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0, eta_rule="safeguarded",
-                 penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="auto",
-                 pool_variances=True, centre_margins=False, shrinkage="soft",
-                 tgmm_lambda=0.4, graph="erdos-renyi", mixing="fastest", n_gossip=1, federico_neighbors=3,
-                 federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean", coupling=None,
-                 threshold0=None, threshold_min=None, participation=1.0, dropout=0.0, reg_covar=1e-6,
-                 weights_init=None, means_init=None, backend="auto", verbose=0, verbose_interval=10,
-                 random_state=None):
+    def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1, max_iter=500,
+                 tol=1e-3, init="auto", alignment="consensus", reg_covar=1e-6, weights_init=None, means_init=None,
+                 backend="auto", verbose=0, verbose_interval=10, random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -856,28 +671,6 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.tol = tol
         self.init = init
         self.alignment = alignment
-        self.C_eta = C_eta
-        self.eta_rule = eta_rule
-        self.penalty = penalty
-        self.penalty_params = penalty_params
-        self.center_restarts = center_restarts
-        self.pooling_sizes = pooling_sizes
-        self.pool_variances = pool_variances
-        self.centre_margins = centre_margins
-        self.shrinkage = shrinkage
-        self.tgmm_lambda = tgmm_lambda
-        self.graph = graph
-        self.mixing = mixing
-        self.n_gossip = n_gossip
-        self.federico_neighbors = federico_neighbors
-        self.federico_epsilon = federico_epsilon
-        self.federico_beta = federico_beta
-        self.federico_loss = federico_loss
-        self.coupling = coupling
-        self.threshold0 = threshold0
-        self.threshold_min = threshold_min
-        self.participation = participation
-        self.dropout = dropout
         self.reg_covar = reg_covar
         self.weights_init = weights_init
         self.means_init = means_init
@@ -1053,19 +846,10 @@ class FederatedMixtureRegression(_FederatedMixture):
                               "noise_variance": P.any_of(P.one_of(*NOISE_MODES),
                                                          P.real(0.0, np.inf, low_open=True, high_open=True)),
                               "precondition": P.boolean, "weights_init": _ARRAY_OR_NONE, "coef_init": _ARRAY_OR_NONE}
-    _method_options = _FederatedMixture._method_options + ("precondition",)
-    _gradient_options = ("precondition",)
 
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
-                 precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus", C_eta=1.0,
-                 eta_rule="safeguarded", penalty="sure-floored", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft", tgmm_lambda=0.4,
-                 graph="erdos-renyi",
-                 mixing="fastest",
-                 n_gossip=1, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
-                 coupling=None, threshold0=None, threshold_min=None, participation=1.0, dropout=0.0,
-                 weights_init=None, coef_init=None, backend="auto",
-                 verbose=0, verbose_interval=10, random_state=None):
+                 precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus",
+                 weights_init=None, coef_init=None, backend="auto", verbose=0, verbose_interval=10, random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -1076,34 +860,19 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.tol = tol
         self.init = init
         self.alignment = alignment
-        self.C_eta = C_eta
-        self.eta_rule = eta_rule
-        self.penalty = penalty
-        self.penalty_params = penalty_params
-        self.center_restarts = center_restarts
-        self.pooling_sizes = pooling_sizes
-        self.pool_variances = pool_variances
-        self.centre_margins = centre_margins
-        self.shrinkage = shrinkage
-        self.tgmm_lambda = tgmm_lambda
-        self.graph = graph
-        self.mixing = mixing
-        self.n_gossip = n_gossip
-        self.federico_neighbors = federico_neighbors
-        self.federico_epsilon = federico_epsilon
-        self.federico_beta = federico_beta
-        self.federico_loss = federico_loss
-        self.coupling = coupling
-        self.threshold0 = threshold0
-        self.threshold_min = threshold_min
-        self.participation = participation
-        self.dropout = dropout
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.backend = backend
         self.verbose = verbose
         self.verbose_interval = verbose_interval
         self.random_state = random_state
+
+    def _check_params(self):
+        strategy = super()._check_params()
+        if not self.precondition and not isinstance(strategy, GradientStrategy):
+            raise ValueError(f"precondition=False changes the gradient step; {type(strategy).__name__} takes "
+                             "none. Leave it at its default True or choose a gradient method.")
+        return strategy
 
     def _make_family(self, backend):
         return RegressionFamily(self.fit_intercept, self.noise_variance, precondition=self.precondition,
@@ -1158,7 +927,8 @@ class FederatedMixtureRegression(_FederatedMixture):
             The component each response came from.
         """
         params = self._client_params(client)
-        data = FederatedData.from_input([X], None, n_features=self.n_features_in_, require_y=False)
+        data = FederatedData.from_input([X], None, n_features=self.n_features_in_, model=type(self).__name__,
+                                        require_y=False)
         self._check_feature_names(data.feature_names)
         labels = self._sample_labels(params, len(data.X))
         return self._family.sample(params.theta[0], params.scale[0], labels, check_random_state(self.random_state),

@@ -19,9 +19,9 @@ from sklearn.exceptions import ConvergenceWarning
 from tqdm.auto import tqdm
 
 from . import threads
-from .algorithms import METHODS
 from .data import SingularComponentWarning
 from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
+from .methods import METHODS, Method
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
 from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
 
@@ -35,26 +35,31 @@ BACKENDS = ("loky", "dask", "ray")
 ALL_METHODS = ("local-em", "local-grem", "fedem", "tgmm", "pooled-em", "pooled-grem", "fedgrem")
 
 
-def _one_fit(model, method, setting, seed, fit_options, n_threads=None):
+def paper_method(method):
+    """The method a study fits for ``method``: a named FedGrEM or d-FedGrEM with the paper's penalty schedule
+    and central weights (``penalty="paper"``, ``pooling_sizes="client"``: the simulated data follow the
+    paper's model), any other name or method object as it is."""
+    if method in ("fedgrem", "d-fedgrem"):
+        return METHODS[method](penalty="paper", pooling_sizes="client")
+    return method
+
+
+def _one_fit(model, label, method, setting, seed, fit_options, n_threads=None):
     """Simulate replication ``seed`` of ``setting``, fit ``method`` on at most ``n_threads`` threads, score
-    it (one row)."""
+    it (one row, the method called ``label``)."""
     with threads.limit(n_threads):
-        return _fit_and_score(model, method, setting, seed, fit_options)
+        return {"model": model, "method": label, **_fit_and_score(model, method, setting, seed, fit_options)}
 
 
 def _fit_and_score(model, method, setting, seed, fit_options):
     design = dict(setting)
     h = design.pop("h", 0.0)
-    common = dict(random_state=seed, **fit_options)
-    # The simulated data follow the paper's model (unit variances, unit noise): fit that model, and FedGrEM with
-    # the paper's penalty schedule and central weights (n_k), unless told otherwise.
-    paper_model = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
-    paper_model = {**paper_model, "penalty": "paper", "pooling_sizes": "client"}
-    common = {**paper_model, **common}
-    if method == "fedem":
-        common.setdefault("init", "local-em")  # the paper starts every federated method from local EM (App. B)
-    estimator = FederatedGaussianMixture if model == "gmm" else FederatedMixtureRegression
-    common = estimator.options_for(method, common)  # e.g. C_eta goes to the gradient methods only
+    # The simulated data follow the paper's model (unit variances, unit noise): fit that model unless told
+    # otherwise; the paper starts every federated method from local EM (App. B), FedEM included.
+    common = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
+    if getattr(method, "name", method) == "fedem":
+        common["init"] = "local-em"
+    common.update(random_state=seed, **fit_options)
     with warnings.catch_warnings():
         # Non-convergence is recorded in the row (converged, n_iter), not printed once per fit.
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -78,7 +83,7 @@ def _fit_and_score(model, method, setting, seed, fit_options):
     w_sep, _ = estimation_errors(est.weights_, theta_hat, truth.weights, truth.theta, matching="separate")
     mis = [misclustering_rate(labels[k], predicted[k]) for k in keep]
     ari = [adjusted_rand_index(labels[k], predicted[k]) for k in keep]
-    return {"model": model, "method": method, **setting, "h": h,
+    return {**setting, "h": h,
             "h_over_snr": h / snr(truth), "seed": seed,
             "theta_error": float(theta_err[keep].max()), "weight_error": float(w_err[keep].max()),
             "weight_error_separate": float(w_sep[keep].max()), "theta_error_mean": float(theta_err[keep].mean()),
@@ -135,8 +140,11 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
     Parameters
     ----------
     model : {"gmm", "mor"}
-    methods : sequence of str or "all"
-        Estimator ``method=`` names.
+    methods : sequence of str or method objects, dict, or "all"
+        What the estimators' ``method=`` takes (:mod:`fedmm.methods`); a named FedGrEM or d-FedGrEM
+        runs with the paper's penalty schedule and central weights (:func:`paper_method`). Rows name a
+        method by its name, or by its key when ``methods`` is a dict ``{label: method}``; "all": Fig. 3's
+        methods.
     settings : sequence of dict
         Arguments of :func:`fedmm.simulate.make_federated_gmm` / ``_mor`` per
         setting (``h``, ``n_clients``, ``n_samples``, ``outlier_clients``, ...).
@@ -144,10 +152,8 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         Replications per setting; replication ``i`` uses seed ``random_state + i``
         for the data and the fit, so every method sees the same data.
     fit_options : dict, optional
-        Extra estimator arguments (``n_init``, ``max_iter``, ``C_eta``, ...); each method gets those
-        it takes (:meth:`fedmm.FederatedGaussianMixture.options_for`). Unless they say otherwise the
-        fits use the paper's model (``covariance_type="identity"``, ``noise_variance=1.0``) and
-        penalty schedule and central weights (``penalty="paper"``, ``pooling_sizes="client"``), as the
+        Extra estimator arguments (``n_init``, ``max_iter``, ...). Unless they say otherwise the fits
+        use the paper's model (``covariance_type="identity"``, ``noise_variance=1.0``), as the
         simulated data follow it.
     n_jobs : int
         Parallel workers (joblib; -1: all cores, or all of a cluster's workers).
@@ -165,17 +171,16 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
     rows : list of dict
         One row per fit (see the module docstring).
     """
-    methods = ALL_METHODS if methods == "all" else tuple(methods)
-    unknown = sorted(set(methods) - set(METHODS))
-    if unknown:
-        raise ValueError(f"Unknown method(s) {unknown}; choose from {sorted(METHODS)} or 'all'.")
+    methods = _labelled(ALL_METHODS if isinstance(methods, str) and methods == "all" else methods)
     if model not in ("gmm", "mor"):
         raise ValueError(f"model must be 'gmm' or 'mor', got {model!r}.")
-    jobs = [(method, setting, random_state + i) for setting in settings for i in range(reps) for method in methods]
+    jobs = [(label, method, setting, random_state + i) for setting in settings for i in range(reps)
+            for label, method in methods.items()]
     # Each fit's share of the cores: joblib's processes have OMP_NUM_THREADS = cores // workers already
     # (fedmm.threads reads it); a task on a Dask or Ray cluster holds one of its worker's slots, one core.
     n_threads = None if backend == "loky" else 1
-    tasks = (delayed(_one_fit)(model, m, s, seed, dict(fit_options or {}), n_threads) for m, s, seed in jobs)
+    tasks = (delayed(_one_fit)(model, label, m, s, seed, dict(fit_options or {}), n_threads)
+             for label, m, s, seed in jobs)
     bar = tqdm(total=len(jobs), desc=f"{model} study", disable=not progress)
     rows = []
     # Ray's joblib backend returns all results at once (no generator): the bar then jumps at the end.
@@ -185,6 +190,17 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
             bar.update()
     bar.close()
     return rows
+
+
+def _labelled(methods):
+    """``{label: method}`` for a study's methods (checked: names of :data:`fedmm.methods.METHODS` or method
+    objects), named FedGrEMs with the paper's options."""
+    if not isinstance(methods, dict):
+        methods = {m if isinstance(m, str) else m.name or type(m).__name__: m for m in methods}
+    unknown = [m for m in methods.values() if not isinstance(m, Method) and m not in METHODS]
+    if unknown:
+        raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}, method objects, or 'all'.")
+    return {label: paper_method(m) for label, m in methods.items()}
 
 
 def write_csv(rows, path):

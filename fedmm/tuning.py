@@ -35,7 +35,7 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "noise_ratios",
+__all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "noise_ratios",
            "alike_clients", "kept_clients", "first_best", "client_median", "client_seeds", "client_fold", "client_folds",
            "fold_sizes", "trimmed_mean", "select_penalty", "paired_differences", "one_standard_error"]
 
@@ -45,6 +45,8 @@ __all__ = ["PENALTY_CANDIDATES", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_ri
 #: it still does, ``C = 16`` does not); and full pooling, every client on the consensus.
 PENALTY_CANDIDATES = ({"penalty": "sure-floored"}, {"penalty": "sure-floored", "penalty_params": {"C": 8.0}},
                       {"penalty": np.inf})
+#: Folds of every client's samples when FedGrEM's penalty is tuned (``penalty="auto"``): each holds out 20%.
+N_FOLDS = 5
 #: Candidate ``lambda`` of ``penalty="sure"``: 10 per decade, from pooling almost nothing to almost everything
 #: (thresholds of 0.01 to 100 noise standard deviations per square root of a client's size).
 SURE_GRID = np.geomspace(1e-2, 1e2, 41)

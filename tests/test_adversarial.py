@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture
+from fedmm.methods import FedGrEM
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
 
@@ -46,7 +47,7 @@ def check_attack(kind, n_bad, seed, **options):
     margin = np.sqrt(CENTERS.shape[1] / (300 * truth.weights[honest].min()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fed = FederatedGaussianMixture(3, method="fedgrem", random_state=seed, **options).fit(X)
+        fed = FederatedGaussianMixture(3, method=FedGrEM(**options), random_state=seed).fit(X)
         assert np.isfinite(fed.means_[honest]).all() and np.isfinite(fed.weights_[honest]).all()
         assert honest_error(fed, truth, honest) < margin, (kind, n_bad, seed)
         assert set(range(10 - n_bad, 10)) <= set(fed.suspected_outliers_.tolist()), (kind, n_bad, seed)

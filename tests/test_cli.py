@@ -35,14 +35,15 @@ def test_simulate_passes_the_penalty_to_fedgrem_only(tmp_path, monkeypatch):
     real = fedmm.cli.run_study
 
     def spy(model, methods, settings, reps, random_state, fit_options, **kw):
-        seen.update(fit_options)
+        seen.update(methods)
         return real(model, methods, settings, reps, random_state, fit_options, **kw)
 
     monkeypatch.setattr(fedmm.cli, "run_study", spy)
     argv = ["simulate", "--h", "0", "--reps", "1", "--methods", "fedgrem,local-em", "--n-init", "1",
             "--penalty", "sure", "--out", str(tmp_path)]
     assert main(argv) == 0
-    assert seen["penalty"] == "sure" and (tmp_path / "results.csv").exists()
+    assert seen["fedgrem"].penalty == "sure" and seen["local-em"] == "local-em"
+    assert (tmp_path / "results.csv").exists()
 
 
 def test_cli_version_and_help_texts(capsys):

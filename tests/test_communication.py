@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS
 from fedmm.data import FederatedData
 from fedmm.engine import Participation, run, run_rounds
 from fedmm.families import GaussianFamily, MixtureParams
@@ -21,9 +21,11 @@ def _problem():
     return FederatedData.from_input(X), GaussianFamily("diag"), start
 
 
-def _gmm(**options):
+def _gmm(method, method_options=None, **options):
+    """The design's data and an unfitted mixture of ``method`` (a name) with its own ``method_options``."""
     X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.3, random_state=1)
-    return X, FederatedGaussianMixture(R, covariance_type="diag", random_state=0, **options)
+    method = METHODS[method](**(method_options or {}))
+    return X, FederatedGaussianMixture(R, method=method, covariance_type="diag", random_state=0, **options)
 
 
 @pytest.mark.parametrize("method", ["fedem", "fedgrem", "pooled-em"])
@@ -48,7 +50,7 @@ def test_methods_without_a_server_in_their_rounds_send_nothing(method):
 @pytest.mark.parametrize("n_gossip", [1, 3])
 def test_gossip_sends_along_every_directed_edge_each_exchange(n_gossip):
     """A ring of K clients has 2K directed edges; each message is (n theta, n scale, n): 2 R p + 1 numbers."""
-    X, gm = _gmm(method="d-fedem", graph="ring", n_gossip=n_gossip)
+    X, gm = _gmm("d-fedem", dict(graph="ring", n_gossip=n_gossip))
     gm.fit(X)
     assert (gm.history_["messages"] == n_gossip * 2 * K).all()
     assert (gm.history_["floats"] == n_gossip * 2 * K * (2 * R * P + 1)).all()
@@ -75,8 +77,8 @@ def test_a_client_not_heard_keeps_what_it_had_and_the_server_reuses_its_last_mes
     messages is the same, and every client keeps its parameters."""
     data, family, start = _problem()
     nobody = lambda t, n: None if t == 1 else np.zeros(n, dtype=bool)  # noqa: E731
-    first = run_rounds(make_strategy("fedem"), family, data, start, 1, 0.0)
-    silent = run_rounds(make_strategy("fedem"), family, data, start, 20, 0.0, participation=nobody)
+    first = run_rounds(METHODS["fedem"](), family, data, start, 1, 0.0)
+    silent = run_rounds(METHODS["fedem"](), family, data, start, 20, 0.0, participation=nobody)
     for a, b in zip(silent.params, first.params):
         np.testing.assert_array_equal(a, b)
     assert silent.history["messages"].tolist() == [2 * K] + [0] * 19
@@ -85,8 +87,8 @@ def test_a_client_not_heard_keeps_what_it_had_and_the_server_reuses_its_last_mes
 def test_only_the_heard_clients_update_their_proportions():
     data, family, start = _problem()
     one = lambda t, n: None if t == 1 else np.arange(n) == 2  # noqa: E731
-    first = run_rounds(make_strategy("fedem"), family, data, start, 1, 0.0)
-    later = run_rounds(make_strategy("fedem"), family, data, start, 5, 0.0, participation=one)
+    first = run_rounds(METHODS["fedem"](), family, data, start, 1, 0.0)
+    later = run_rounds(METHODS["fedem"](), family, data, start, 5, 0.0, participation=one)
     others = np.arange(K) != 2
     np.testing.assert_array_equal(later.params.weights[others], first.params.weights[others])
     assert not np.allclose(later.params.weights[2], first.params.weights[2])
@@ -98,7 +100,7 @@ def test_only_the_heard_clients_update_their_proportions():
 def test_partial_participation_reaches_the_full_participation_fit(method):
     """With the last messages reused, the fixed points are those of full participation."""
     X, full = _gmm(method=method, tol=1e-10, max_iter=2000)
-    _, part = _gmm(method=method, tol=1e-10, max_iter=2000, participation=0.5, dropout=0.2)
+    _, part = _gmm(method, dict(participation=0.5, dropout=0.2), tol=1e-10, max_iter=2000)
     full.fit(X)
     part.fit(X)
     assert part.converged_
@@ -108,28 +110,26 @@ def test_partial_participation_reaches_the_full_participation_fit(method):
 
 
 def test_the_stopping_rule_waits_until_every_client_was_heard():
-    X, gm = _gmm(method="fedem", participation=1 / K)
+    X, gm = _gmm("fedem", dict(participation=1 / K))
     gm.fit(X)
     assert gm.converged_ and gm.n_iter_ > K
 
 
 def test_the_same_seed_draws_the_same_participants():
-    X, a = _gmm(method="fedem", participation=0.5)
-    _, b = _gmm(method="fedem", participation=0.5)
+    X, a = _gmm("fedem", dict(participation=0.5))
+    _, b = _gmm("fedem", dict(participation=0.5))
     np.testing.assert_array_equal(a.fit(X).history_["floats"], b.fit(X).history_["floats"])
 
 
-@pytest.mark.parametrize("method", ["local-em", "d-fedem", "tgmm"])
-def test_participation_is_refused_where_no_server_hears_the_clients(method):
-    X, gm = _gmm(method=method, participation=0.5)
-    with pytest.raises(ValueError, match="participation=0.5 is not used by method"):
-        gm.fit(X)
+@pytest.mark.parametrize("method", ["local-em", "d-fedem", "tgmm", "d-fedgrem", "federico"])
+def test_only_methods_whose_server_hears_the_clients_take_participation(method):
+    assert "participation" not in METHODS[method]().get_params()
 
 
 @pytest.mark.parametrize("method", ["fedem", "fedgrem"])
 def test_batched_and_per_client_rounds_agree_under_partial_participation(method):
     data, family, start = _problem()
-    fits = [run(make_strategy(method), family, data, start, 40, 1e-8, mode, participation=Participation(0.5, 0.2, 3))
+    fits = [run(METHODS[method](), family, data, start, 40, 1e-8, mode, participation=Participation(0.5, 0.2, 3))
             for mode in ("batched", "per-client")]
     for a, b in zip(*(f.params for f in fits)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

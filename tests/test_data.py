@@ -75,9 +75,13 @@ def test_y_length_mismatch(rng):
         FederatedData.from_input([rng.randn(4, 2)], require_y=True)
 
 
-def test_single_array_without_groups_is_refused(rng):
-    with pytest.raises(ValueError, match="needs groups="):
-        FederatedData.from_input(rng.randn(4, 2))
+def test_a_single_array_without_groups_is_one_client(rng):
+    """scikit-learn's ``fit(X)``: the rows of one party."""
+    X, y = rng.randn(4, 2), rng.randn(4)
+    data = FederatedData.from_input(X, y)
+    assert data.n_clients == 1 and np.array_equal(data.X, X) and np.array_equal(data.y, y)
+    with pytest.raises(ValueError, match="empty list"):
+        FederatedData.from_input([])
 
 
 def test_too_few_samples(rng):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS, TGMM, DFedGrEM, FedGrEM
 from fedmm.algorithms.dfedgrem import neighbourhood
 from fedmm.data import FederatedData
 from fedmm.engine import run
@@ -43,8 +43,8 @@ def test_on_the_complete_graph_it_is_fedgrem(problem, penalty, options, h):
     two defaults end 0.25 apart)."""
     data, family, start = problem(h)
     options = {"penalty": penalty, "pooling_sizes": "client", **options}
-    d = run(make_strategy("d-fedgrem", graph="complete", **options), family, data, start, 2000, 1e-8)
-    f = run(make_strategy("fedgrem", **options), family, data, start, 2000, 1e-8)
+    d = run(METHODS["d-fedgrem"](graph="complete", **options), family, data, start, 2000, 1e-8)
+    f = run(METHODS["fedgrem"](**options), family, data, start, 2000, 1e-8)
     assert d.n_iter == f.n_iter
     for a, b in zip(d.params, f.params):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
@@ -59,7 +59,7 @@ def _messages(theta, n=100):
 
 
 def test_a_client_solves_only_over_its_neighbourhood():
-    strategy = make_strategy("d-fedgrem", graph="ring", pool_variances=False)
+    strategy = METHODS["d-fedgrem"](graph="ring", penalty="paper", pool_variances=False)
     rng = np.random.RandomState(0)
     theta = rng.randn(K, R, P) * 0.05
     family = GaussianFamily("identity")                         # the paper's model: no variances to fit
@@ -77,7 +77,7 @@ def test_an_outlier_neighbour_is_left_unpooled_by_each_neighbour():
     """Honest clients agree to 0.05; client 0 sits 100 away. Its ring neighbours 1 and 5 pool each other's
     neighbourhood as FedGrEM's server would and move by at most their threshold, where an average of three
     (D-FedEM's gossip) would move them by about 33."""
-    strategy = make_strategy("d-fedgrem", graph="ring", pool_variances=False)
+    strategy = METHODS["d-fedgrem"](graph="ring", penalty="paper", pool_variances=False)
     rng = np.random.RandomState(1)
     theta = rng.randn(K, R, P) * 0.05
     theta[0] += 100.0
@@ -95,7 +95,7 @@ def test_an_outlier_neighbour_is_left_unpooled_by_each_neighbour():
 
 def test_estimators_fit_it_and_count_communication():
     X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.3, random_state=1)
-    gm = FederatedGaussianMixture(R, method="d-fedgrem", graph="ring", random_state=0).fit(X)
+    gm = FederatedGaussianMixture(R, method=DFedGrEM(graph="ring"), random_state=0).fit(X)
     assert gm.converged_ and gm.pooled_.shape == (K, R)
     assert gm.center_.shape == (R, P)                           # the median of the clients: no one consensus
     assert (gm.history_["messages"] == 2 * K).all()
@@ -112,16 +112,16 @@ def test_regression_estimator_takes_it():
     X, y, _ = make_federated_mor(4, 100, centers=coef, h=0.2, random_state=2)
     # Its random_state draws a graph first, so the starts differ: run both to their common fixed point, with
     # d-FedGrEM's weights in the centre (n_k; FedGrEM's default is the information weights).
-    mr = FederatedMixtureRegression(2, method="d-fedgrem", graph="complete", fit_intercept=False, tol=1e-10,
+    mr = FederatedMixtureRegression(2, method=DFedGrEM(graph="complete"), fit_intercept=False, tol=1e-10,
                                     max_iter=3000, random_state=0).fit(X, y)
-    fg = FederatedMixtureRegression(2, method="fedgrem", pooling_sizes="client", fit_intercept=False, tol=1e-10,
+    fg = FederatedMixtureRegression(2, method=FedGrEM(pooling_sizes="client"), fit_intercept=False, tol=1e-10,
                                     max_iter=3000, random_state=0).fit(X, y)
     np.testing.assert_allclose(np.sort(mr.coef_, axis=1), np.sort(fg.coef_, axis=1), atol=1e-6)
 
 
 def test_its_penalty_can_be_tuned_by_held_out_likelihood():
     X, _ = make_federated_gmm(K, 80, centers=CENTERS, h=0.3, random_state=3)
-    gm = FederatedGaussianMixture(R, method="d-fedgrem", graph="ring", penalty="auto", random_state=0).fit(X)
+    gm = FederatedGaussianMixture(R, method=DFedGrEM(graph="ring", penalty="auto"), random_state=0).fit(X)
     assert gm.penalty_selection_ is not None and gm.converged_
-    with pytest.raises(ValueError, match="penalty='auto' is not used by method='fedem'"):
-        FederatedGaussianMixture(R, method="fedem", penalty="auto").fit(X)
+    with pytest.raises(ValueError, match="penalty must be a number"):  # TGMM's penalty is its weight of sources
+        FederatedGaussianMixture(R, method=TGMM(penalty="auto")).fit(X)

@@ -8,7 +8,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
 
 from fedmm import DivergenceError, FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import METHODS, make_strategy
+from fedmm.methods import METHODS
 from fedmm.engine import run_rounds
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
@@ -154,8 +154,8 @@ def test_permuting_components_permutes_the_outputs(model, method, seed, data_per
     perms = np.tile(perm, (data.n_clients, 1))
     if method.startswith("pooled"):  # pooled methods share one start
         start = start.broadcast(data.n_clients)
-    a = run_rounds(make_strategy(method, **SYMMETRIC.get(method, {})), family, data, start, 15, 0.0)
-    b = run_rounds(make_strategy(method, **SYMMETRIC.get(method, {})), family, data, start.permute(perms), 15, 0.0)
+    a = run_rounds(METHODS[method](**SYMMETRIC.get(method, {})), family, data, start, 15, 0.0)
+    b = run_rounds(METHODS[method](**SYMMETRIC.get(method, {})), family, data, start.permute(perms), 15, 0.0)
     for x, y in zip(a.params.permute(perms), b.params):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-10)
@@ -171,8 +171,8 @@ def test_permuting_clients_permutes_the_outputs(model, method, seed, order):
     Xs = [data.client(k)[0] for k in order]
     ys = None if data.y is None else [data.client(k)[1] for k in order]
     shuffled = FederatedData.from_input(Xs, ys)
-    a = run_rounds(make_strategy(method, **SYMMETRIC.get(method, {})), family, data, start, 15, 0.0)
-    b = run_rounds(make_strategy(method, **SYMMETRIC.get(method, {})), family, shuffled, start.take(order), 15, 0.0)
+    a = run_rounds(METHODS[method](**SYMMETRIC.get(method, {})), family, data, start, 15, 0.0)
+    b = run_rounds(METHODS[method](**SYMMETRIC.get(method, {})), family, shuffled, start.take(order), 15, 0.0)
     for x, y in zip(a.params.take(order), b.params):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-10)  # pooled sums change order: rounding only
 
@@ -180,11 +180,13 @@ def test_permuting_clients_permutes_the_outputs(model, method, seed, order):
 # --- the scikit-learn contract ------------------------------------------------------
 
 def test_get_set_params_and_clone():
-    gm = FederatedGaussianMixture(4, method="pooled-em", C_eta=0.8, random_state=3)
-    assert gm.get_params()["C_eta"] == 0.8
-    gm.set_params(n_components=2)
+    gm = FederatedGaussianMixture(4, method=METHODS["pooled-grem"](C_eta=0.8), random_state=3)
+    assert gm.get_params()["method__C_eta"] == 0.8
+    gm.set_params(n_components=2, method__C_eta=0.7)
     twin = clone(gm)
-    assert twin.get_params() == gm.get_params() and twin is not gm
+    assert twin.method is not gm.method and twin.method.C_eta == 0.7
+    assert {k: v for k, v in twin.get_params().items() if k != "method"} == \
+        {k: v for k, v in gm.get_params().items() if k != "method"}
     mr = clone(FederatedMixtureRegression(3, noise_variance="shared"))
     assert mr.get_params()["noise_variance"] == "shared"
 
@@ -294,7 +296,7 @@ def test_evaluation_input_errors():
 def test_a_step_size_that_must_overshoot_is_refused():
     X, _ = make_federated_gmm(2, 200, centers=WELL_SEPARATED * 100, random_state=14)
     with pytest.raises(ValueError, match=r"C_eta must be a number in \(0, 2\)"):
-        FederatedGaussianMixture(3, method="local-grem", C_eta=50.0).fit(X)
+        FederatedGaussianMixture(3, method=METHODS["local-grem"](C_eta=50.0)).fit(X)
 
 
 def test_a_diverging_gradient_run_raises_with_advice():
@@ -305,7 +307,7 @@ def test_a_diverging_gradient_run_raises_with_advice():
     rng = np.random.RandomState(14)
     X = [rng.randn(200, 1) * 3.0, rng.randn(200, 1) * 0.1]
     y = [2.0 * Xk[:, 0] + 0.1 * rng.randn(200) for Xk in X]
-    options = dict(method="local-grem", C_eta=1.9, max_iter=3000, coef_init=[[0.0]], random_state=0)
+    options = dict(method=METHODS["local-grem"](C_eta=1.9), max_iter=3000, coef_init=[[0.0]], random_state=0)
     with pytest.raises(DivergenceError, match="lower C_eta"):
         FederatedMixtureRegression(1, precondition=False, **options).fit(X, y)
     mr = FederatedMixtureRegression(1, **options).fit(X, y)

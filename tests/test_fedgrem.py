@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS, FedGrEM
 from fedmm.central import central_update
 from fedmm.engine import run_rounds
 from fedmm.algorithms.fedgrem import MARGIN_FLOOR, penalty_schedule, settle_penalty
@@ -27,7 +27,7 @@ def test_infinite_penalty_is_gradient_fedem(options):
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, **options)
+    strategy = METHODS["fedgrem"](penalty=np.inf, center_restarts=0, **options)
     fed = run_rounds(strategy, family, data, start, 25, 0.0)
 
     n_k = data.n_samples.astype(float)
@@ -53,7 +53,7 @@ def test_fully_pooled_clients_meet_at_pooled_ems_fixed_point_with_information_we
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, concentration=1.0, random_state=2)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(2))._replace(weights=truth.weights)
-    strategy = make_strategy("fedgrem", penalty=np.inf, center_restarts=0, eta_rule="initial",
+    strategy = METHODS["fedgrem"](penalty=np.inf, center_restarts=0, eta_rule="initial",
                              pooling_sizes=pooling_sizes)
     fit = run_rounds(strategy, family, data, start, 5000, 1e-13)
     _, stats = family.estep(data, fit.params)
@@ -72,7 +72,7 @@ def test_centre_margins_pool_a_drifted_component_back_onto_its_own_centre():
     solve = dict(weights=None, metric=None, tol=1e-12, max_iter=1000)
     paper = central_update(theta, n_k, lam, **solve)
     assert not paper.pooled[0, 0] and paper.pooled[1:].all()
-    guarded, margin = make_strategy("fedgrem", centre_margins=True)._with_margins(paper, theta, n_k, None, lam, solve)
+    guarded, margin = METHODS["fedgrem"](centre_margins=True)._with_margins(paper, theta, n_k, None, lam, solve)
     assert margin[0, 0] == MARGIN_FLOOR and np.all(margin[1:] > 0.9)
     assert guarded.pooled.all()
     np.testing.assert_allclose(guarded.nu[0, 0], guarded.center[0])
@@ -92,7 +92,7 @@ def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflat
     theta = truth.theta.copy()
     theta[0, 0] = CENTERS[1] + 0.3
     start = MixtureParams(truth.weights, theta, np.ones((4, 3, 2)))
-    strategy = make_strategy("fedgrem", centre_margins=True)
+    strategy = METHODS["fedgrem"](centre_margins=True)
     messages, _ = strategy.client_step(family, data, strategy.client_start(start, data.n_samples.astype(float)),
                                        strategy.server_start(family, start, data.n_samples.astype(float))[0])
     if not weighted:  # every block's size in the pooled variance, as before margins
@@ -108,7 +108,7 @@ def test_information_weights_bound_a_components_pull_on_the_centre():
     """pooling_sizes="information": weights n_k w_kr^[0] R, thresholds the paper's lambda / sqrt(n_k) up to a
     component's equal share and lambda / (sqrt(n_k) w_kr^[0] R) above it, so weight x threshold never exceeds
     the paper's sqrt(n_k) lambda."""
-    strategy = make_strategy("fedgrem", pooling_sizes="information")
+    strategy = METHODS["fedgrem"](pooling_sizes="information")
     n_k = np.array([100.0, 400.0])
     w0 = np.array([[0.1, 0.3, 0.6], [1 / 3, 1 / 3, 1 / 3]])
     sizes, weights = strategy._blocks(n_k, w0)
@@ -116,17 +116,17 @@ def test_information_weights_bound_a_components_pull_on_the_centre():
     threshold = 1.0 / np.sqrt(sizes)
     np.testing.assert_allclose(threshold[:, :2][[0, 1, 1], [0, 0, 1]], 1 / np.sqrt([100.0, 400, 400]))
     np.testing.assert_allclose(weights * threshold, np.minimum(np.sqrt(n_k)[:, None], weights / np.sqrt(n_k)[:, None]))
-    assert make_strategy("fedgrem", pooling_sizes="client")._blocks(n_k, w0)[1] is None  # the paper's: n_k
-    assert make_strategy("fedgrem").pooling_sizes == "information"  # "auto", FedGrEM's default
-    assert make_strategy("d-fedgrem").pooling_sizes == "client"     # d-FedGrEM's
+    assert METHODS["fedgrem"](pooling_sizes="client")._blocks(n_k, w0)[1] is None  # the paper's: n_k
+    assert METHODS["fedgrem"]().pooling_sizes == "information"  # "auto", FedGrEM's default
+    assert METHODS["d-fedgrem"]().pooling_sizes == "client"     # d-FedGrEM's
 
 
 def test_zero_penalty_is_local_gradient_em():
     X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=1)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(1))
-    a = run_rounds(make_strategy("fedgrem", penalty=0.0, center_restarts=0), family, data, start, 20, 0.0)
-    b = run_rounds(make_strategy("local-grem"), family, data, start, 20, 0.0)
+    a = run_rounds(METHODS["fedgrem"](penalty=0.0, center_restarts=0), family, data, start, 20, 0.0)
+    b = run_rounds(METHODS["local-grem"](), family, data, start, 20, 0.0)
     np.testing.assert_allclose(a.params.theta, b.params.theta, rtol=1e-12)
 
 
@@ -159,8 +159,8 @@ def test_theory_penalty_schedule_and_errors():
 def test_an_outlier_client_is_not_pooled_and_is_ranked_first():
     X, truth = make_federated_gmm(8, 300, centers=CENTERS, h=0.0, random_state=2)
     X[5] = 3.0 * np.random.RandomState(0).randn(300, 2) + 20.0
-    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", init="local-em", n_init=3,
-                                  penalty="paper", max_iter=500, tol=1e-6, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method=FedGrEM(penalty="paper"), init="local-em",
+                                  n_init=3, max_iter=500, tol=1e-6, random_state=0).fit(X)
     assert not gm.pooled_[5].any()
     assert gm.suspected_outliers_[0] == 5
     assert gm.outlier_scores_[5] > 10 * np.delete(gm.outlier_scores_, 5).max()
@@ -203,7 +203,7 @@ def test_tgmm_step_is_the_penalized_m_step():
     X, truth = make_federated_gmm(3, 100, centers=CENTERS, h=1.0, random_state=5)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(5), spread=0.3)
-    result = run_rounds(make_strategy("tgmm", tgmm_lambda=0.4), family, data, start, 1, 0.0)
+    result = run_rounds(METHODS["tgmm"](penalty=0.4), family, data, start, 1, 0.0)
     _, stats = family.estep(data, start)
     for k in range(3):
         others = np.delete(start.theta, k, axis=0).sum(0)
@@ -230,14 +230,14 @@ def test_component_pooling_sizes_use_each_components_effective_size_at_the_start
     pass's starting weights, so the pooling threshold is lambda / sqrt(n_k w_kr^[0] R): larger for small
     components."""
     X, truth = make_federated_gmm(4, 200, centers=CENTERS, concentration=3.0, random_state=7)
-    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", pooling_sizes="component",
-                                  weights_init=truth.weights, means_init=truth.theta, center_restarts=0,
-                                  random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity",
+                                  method=FedGrEM(pooling_sizes="component", center_restarts=0),
+                                  weights_init=truth.weights, means_init=truth.theta, random_state=0).fit(X)
     lam = gm.history_["penalty"][-1]
     np.testing.assert_allclose(gm.pooling_threshold_, lam / np.sqrt(200 * truth.weights * 3), rtol=1e-12)
     assert np.abs(gm.weights_ - truth.weights).max() > 1e-3  # the weights moved; the sizes did not
     with pytest.raises(ValueError, match="pooling_sizes"):
-        FederatedGaussianMixture(3, covariance_type="identity", method="fedgrem", pooling_sizes="sample").fit(X)
+        FederatedGaussianMixture(3, covariance_type="identity", method=FedGrEM(pooling_sizes="sample")).fit(X)
 
 
 def test_component_pooling_sizes_do_not_collapse_a_component():
@@ -245,7 +245,7 @@ def test_component_pooling_sizes_do_not_collapse_a_component():
     grew and pooled it harder: on the paper's MoR design at h = 2 (seed 2) client 0's fourth component
     died and every honest client's error was 8.2-9.8 (local EM's level). At the start's weights: about 3."""
     X, y, truth = make_federated_mor(random_state=2, h=2.0, outlier_clients=[9])
-    est = FederatedMixtureRegression(5, penalty="sure", pooling_sizes="component", random_state=2).fit(X, y)
+    est = FederatedMixtureRegression(5, method=FedGrEM(penalty="sure", pooling_sizes="component"), random_state=2).fit(X, y)
     _, err = estimation_errors(est.weights_, est.coef_, truth.weights, truth.theta)
     assert err[~truth.outliers].max() < 5.0
     assert est.weights_[~truth.outliers].min() > 0.01  # the outlier client, one line, fills one component
@@ -284,7 +284,8 @@ def test_robust_variance_pooling_pools_alike_covariances_and_leaves_an_outlier(c
 def test_robust_variance_pooling_in_a_fit():
     """Different means (h = 3), the same covariances: "robust" pools the covariances the means leave apart."""
     X, truth = make_federated_gmm(5, 300, centers=3 * CENTERS, h=3.0, random_state=1)
-    fits = {pool: FederatedGaussianMixture(3, covariance_type="full", pool_variances=pool, random_state=0).fit(X)
+    fits = {pool: FederatedGaussianMixture(3, covariance_type="full", method=FedGrEM(pool_variances=pool),
+                                           random_state=0).fit(X)
             for pool in (True, "robust")}
     assert fits["robust"].pooled_variances_.mean() > 0.8 > fits[True].pooled_variances_.mean()
     np.testing.assert_array_equal(fits[True].pooled_variances_, fits[True].pooled_)
@@ -292,7 +293,7 @@ def test_robust_variance_pooling_in_a_fit():
     pooled = fits["robust"].covariances_[fits["robust"].pooled_variances_]
     assert np.abs(pooled - np.eye(2)).max() < 5 * np.sqrt(2 / 500)
     with pytest.raises(ValueError, match="pool_variances"):
-        FederatedGaussianMixture(3, pool_variances="always").fit(X)
+        FederatedGaussianMixture(3, method=FedGrEM(pool_variances="always")).fit(X)
 
 
 @pytest.mark.parametrize("precondition", [True, False])
@@ -305,7 +306,7 @@ def test_fully_pooled_regression_meets_at_the_pooled_least_squares_fit(precondit
     rng = np.random.RandomState(3)
     X = [rng.randn(n, 3) * rng.uniform(0.3, 3.0, 3) + rng.randn(3) for n in (15, 40, 90, 25)]
     y = [x @ np.array([1.0, -2.0, 0.5]) + 4.0 + rng.randn(len(x)) for x in X]
-    est = FederatedMixtureRegression(1, method="fedgrem", penalty=np.inf, precondition=precondition,
+    est = FederatedMixtureRegression(1, method=FedGrEM(penalty=np.inf), precondition=precondition,
                                      max_iter=3000, tol=1e-10, random_state=0).fit(X, y)
     design = np.column_stack([np.ones(sum(map(len, X))), np.vstack(X)])
     ols = np.linalg.lstsq(design, np.concatenate(y), rcond=None)[0]
@@ -346,7 +347,7 @@ def test_pooled_variances_let_thousands_of_small_clients_converge():
     centres = 3.0 * rng.standard_normal((5, 10))
     labels = rng.randint(5, size=(3000, 50))
     X = list(centres[labels] + rng.standard_normal((3000, 50, 10)))
-    fit = FederatedGaussianMixture(5, init="local-em", center_restarts=0, random_state=0).fit(X)
+    fit = FederatedGaussianMixture(5, method=FedGrEM(center_restarts=0), init="local-em", random_state=0).fit(X)
     assert fit.converged_ and fit.n_iter_ < 200
 
 
@@ -357,11 +358,11 @@ def test_sure_runs_are_charged_at_the_schedules_penalty():
     X, truth = make_federated_gmm(4, 100, centers=CENTERS, h=0.0, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    sure = run_rounds(make_strategy("fedgrem", penalty="sure", center_restarts=0), family, data, start, 5, 0.0)
+    sure = run_rounds(METHODS["fedgrem"](penalty="sure", center_restarts=0), family, data, start, 5, 0.0)
     chosen, scheduled = sure.history["penalty"][-1], penalty_schedule("paper", None, 2, 4, 100)(5)
     assert chosen != scheduled
     np.testing.assert_allclose(sure.diagnostics.objective_scale, scheduled / chosen, rtol=1e-12)
-    paper = run_rounds(make_strategy("fedgrem", center_restarts=0), family, data, start, 5, 0.0)
+    paper = run_rounds(METHODS["fedgrem"](penalty="paper", center_restarts=0), family, data, start, 5, 0.0)
     assert np.all(paper.diagnostics.objective_scale == 1.0)
 
 
@@ -372,7 +373,7 @@ def test_floored_sure_never_pools_less_than_the_schedule(h):
     X, truth = make_federated_gmm(4, 100, centers=CENTERS, h=h, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    runs = {penalty: run_rounds(make_strategy("fedgrem", penalty=penalty, center_restarts=0), family, data, start,
+    runs = {penalty: run_rounds(METHODS["fedgrem"](penalty=penalty, center_restarts=0), family, data, start,
                                 5, 0.0) for penalty in ("sure", "sure-floored")}
     scheduled = np.array([penalty_schedule("paper", None, 2, 4, 100)(t) for t in range(1, 6)])
     sure, floored = runs["sure"].history["penalty"], runs["sure-floored"].history["penalty"]
@@ -403,6 +404,6 @@ def test_sure_settles_with_many_clients(penalty):
     """300 clients of the paper's design, a tenth outliers: SURE's choice alternated between two grid values
     every round and the fit met max_iter (500); it now settles and converges."""
     X, _ = make_federated_gmm(300, 50, outlier_clients=range(30), random_state=0)
-    fit = FederatedGaussianMixture(5, init="trimmed-pooled", penalty=penalty, random_state=0).fit(X)
+    fit = FederatedGaussianMixture(5, method=FedGrEM(penalty=penalty), init="trimmed-pooled", random_state=0).fit(X)
     assert fit.converged_ and fit.n_iter_ < 100
     assert len(np.unique(fit.history_["penalty"][-10:])) == 1

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.methods import FedGrEM, LocalGrEM
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
@@ -66,10 +67,9 @@ def test_center_restarts_rescue_clients_stuck_in_poor_starts_but_not_the_outlier
     (One of its five local components may land within the pooling threshold by chance: the paper's
     central update pools whatever is that close.) The paper's penalty schedule, whose threshold this is."""
     X, truth = make_federated_gmm(10, 150, outlier_clients=[9], random_state=9)
-    options = dict(method="fedgrem", init="local-em", n_init=1, C_eta=0.95, max_iter=1000, tol=1e-6, penalty="paper",
-                   random_state=9)
-    stuck = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=0, **options).fit(X)
-    fixed = FederatedGaussianMixture(5, covariance_type="identity", center_restarts=1, **options).fit(X)
+    options = dict(init="local-em", n_init=1, max_iter=1000, tol=1e-6, random_state=9)
+    stuck, fixed = (FederatedGaussianMixture(5, method=FedGrEM(C_eta=0.95, penalty="paper", center_restarts=restarts),
+                                             covariance_type="identity", **options).fit(X) for restarts in (0, 1))
     err_stuck = estimation_errors(stuck.weights_, stuck.means_, truth.weights, truth.theta)[1]
     err_fixed = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1]
     assert err_stuck[[2, 6]].min() > 3.0
@@ -86,16 +86,17 @@ def test_safeguarded_step_recovers_where_the_fixed_step_overshoots():
     the component is thrown out of its cluster; the safeguarded step stays an EM-like move."""
     X, truth = make_federated_gmm(2, N, centers=CENTERS, concentration=100.0, random_state=4)
     weights_init = np.array([0.003, 0.4985, 0.4985])
-    options = dict(method="local-grem", means_init=truth.theta, weights_init=weights_init, max_iter=300, tol=1e-8)
+    options = dict(means_init=truth.theta, weights_init=weights_init, max_iter=300, tol=1e-8)
     bound = 4 * np.sqrt(3 / (N / 3))  # 4 sqrt(d / n_r), as in the recovery tests
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            fixed = FederatedGaussianMixture(3, covariance_type="identity", eta_rule="initial", **options).fit(X)
+            fixed = FederatedGaussianMixture(3, method=LocalGrEM(eta_rule="initial"), covariance_type="identity",
+                                             **options).fit(X)
             fixed_err = estimation_errors(fixed.weights_, fixed.means_, truth.weights, truth.theta)[1].max()
         except Exception:  # the overshoot may also blow up to a DivergenceError
             fixed_err = np.inf
-    safe = FederatedGaussianMixture(3, covariance_type="identity", eta_rule="safeguarded", **options).fit(X)
+    safe = FederatedGaussianMixture(3, method=LocalGrEM(eta_rule="safeguarded"), covariance_type="identity", **options).fit(X)
     safe_err = estimation_errors(safe.weights_, safe.means_, truth.weights, truth.theta)[1].max()
     assert fixed_err > 3 * bound
     assert safe.converged_ and safe_err < bound
@@ -104,8 +105,8 @@ def test_safeguarded_step_recovers_where_the_fixed_step_overshoots():
 @pytest.mark.parametrize("rule", ["initial", "safeguarded"])
 def test_both_step_rules_agree_when_weights_do_not_grow(rule):
     X, truth = make_federated_gmm(3, N, centers=CENTERS, random_state=5)
-    gm = FederatedGaussianMixture(3, covariance_type="identity", method="local-grem", means_init=truth.theta, weights_init=truth.weights,
-                                  eta_rule=rule, max_iter=500, tol=1e-10).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method=LocalGrEM(eta_rule=rule), means_init=truth.theta,
+                                  weights_init=truth.weights, max_iter=500, tol=1e-10).fit(X)
     ref = FederatedGaussianMixture(3, covariance_type="identity", method="local-em", means_init=truth.theta, weights_init=truth.weights,
                                    max_iter=500, tol=1e-10).fit(X)
     np.testing.assert_allclose(gm.means_, ref.means_, atol=1e-4)  # same fixed point as EM
@@ -196,7 +197,7 @@ def test_sure_penalty_pools_where_the_papers_schedule_leaves_components_apart():
     for penalty in ("sure", "paper"):
         for seed in range(3):
             X, truth = make_federated_gmm(random_state=seed, outlier_clients=[9])
-            gm = FederatedGaussianMixture(5, penalty=penalty, random_state=seed).fit(X)
+            gm = FederatedGaussianMixture(5, method=FedGrEM(penalty=penalty), random_state=seed).fit(X)
             _, err = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta)
             errors.setdefault(penalty, []).append(err[~truth.outliers].max())
             pooled.setdefault(penalty, []).append(gm.pooled_[~truth.outliers].mean())
@@ -211,6 +212,6 @@ def test_sure_penalty_compares_starts_at_the_schedules_penalty():
     lambda the run would look best and replace the trimmed start's (error ~3). Runs are compared at the
     schedule's lambda (Consensus.objective_scale)."""
     X, y, truth = make_federated_mor(random_state=0, h=2.0, outlier_clients=[9])
-    est = FederatedMixtureRegression(5, penalty="sure", random_state=0).fit(X, y)
+    est = FederatedMixtureRegression(5, method=FedGrEM(penalty="sure"), random_state=0).fit(X, y)
     _, err = estimation_errors(est.weights_, est.coef_, truth.weights, truth.theta)
     assert err[~truth.outliers].max() < 4.5

@@ -15,6 +15,7 @@ from fedmm.flower import client_app, fit  # noqa: E402
 from fedmm.flower.client import _ANSWERS  # noqa: E402
 from fedmm.flower.codec import STYPE, arrays, config, encode  # noqa: E402
 from fedmm.flower.testing import LocalGrid  # noqa: E402
+from fedmm.methods import gather_options  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
 
@@ -37,8 +38,9 @@ def _mor(K=6, **kwargs):
 
 
 def _estimator(y, method, **options):
+    """The estimator of ``method`` (a name) with ``options``, the method's own among them going to it."""
     cls = FederatedGaussianMixture if y is None else FederatedMixtureRegression
-    return cls(5, method=method, init=INIT[method], **{"random_state": 0, "max_iter": 200, **options})
+    return cls(5, init=INIT[method], **gather_options({"method": method, "random_state": 0, "max_iter": 200, **options}))
 
 
 def _fit_both(X, y, method, apps=None, **options):

@@ -5,7 +5,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS
 from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, RegressionFamily, pool_stats
@@ -21,7 +21,7 @@ def _starts(method, init, X, **kw):
     options = dict(init=init, n_init=2, max_iter=50, tol=1e-4, alignment="consensus",
                    random_state=np.random.RandomState(0))
     options.update(kw)
-    return make_starts(GaussianFamily(), make_strategy(method), data, 4, **options)
+    return make_starts(GaussianFamily(), METHODS[method](), data, 4, **options)
 
 
 def test_local_em_start_is_aligned_across_clients():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import METHODS
+from fedmm.methods import METHODS
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 

@@ -8,7 +8,7 @@ import pytest
 from scipy.special import softmax
 
 from fedmm import FederatedGaussianMixture
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS
 from fedmm.algorithms.dynamic import scaled_distances
 from fedmm.algorithms.federico import collaborator_weights, epsilon_greedy, update_losses
 from fedmm.data import FederatedData
@@ -68,7 +68,7 @@ def test_the_fit_follows_the_closed_form_of_its_losses(beta):
     losses computed here by hand from the models, one client and one model at a time."""
     data, family, start = _problem()
     T = 3
-    strategy = lambda: make_strategy("federico", federico_neighbors=K - 1, federico_beta=beta)  # noqa: E731
+    strategy = lambda: METHODS["federico"](n_neighbors=K - 1, beta=beta)  # noqa: E731
     models = [start] + [run_rounds(strategy(), family, data, start, t, 0.0).params for t in range(1, T)]
     ell = [np.array([[-family.estep(data.client_data(i), m.take([j]))[0][0] / data.n_samples[i]
                       for j in range(K)] for i in range(K)]) for m in models]
@@ -81,7 +81,7 @@ def test_federico_counts_its_exchanges():
     X, _ = make_federated_gmm(K, 60, centers=CENTERS, h=0.3, random_state=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gm = FederatedGaussianMixture(R, method="federico", federico_neighbors=2, max_iter=5, tol=0.0,
+        gm = FederatedGaussianMixture(R, method=METHODS["federico"](n_neighbors=2), max_iter=5, tol=0.0,
                                       random_state=0).fit(X)
     # Round 1 is all-to-all: K (K - 1) pairs; later rounds K M pairs, one message each way per pair.
     assert gm.history_["messages"].tolist() == [2 * K * (K - 1)] + [2 * K * 2] * 4
@@ -94,7 +94,7 @@ def test_federico_counts_its_exchanges():
 def test_dynamic_graph_update_one_by_hand():
     """x_i <- x_tilde_i - eta rho sum_k w_ik (x_i - x_k), w_ik = 1{d_ik^2 < alpha_t}: two close clients pull
     each other, a far one is left alone."""
-    strategy = make_strategy("dynamic-graph", C_eta=0.5, coupling=0.2, threshold0=50.0, threshold_min=1.0)
+    strategy = METHODS["dynamic-graph"](C_eta=0.5, coupling=0.2, threshold0=50.0, threshold_min=1.0)
     x = np.zeros((3, 1, 2))
     x[1] = 0.1
     x[2] = 10.0
@@ -118,7 +118,7 @@ def test_without_coupling_it_is_local_gradient_em():
     kw = dict(covariance_type="diag", init="local-em", random_state=0, max_iter=50, tol=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dyn = FederatedGaussianMixture(R, method="dynamic-graph", coupling=1e-300, **kw).fit(X)
+        dyn = FederatedGaussianMixture(R, method=METHODS["dynamic-graph"](coupling=1e-300), **kw).fit(X)
         loc = FederatedGaussianMixture(R, method="local-grem", **kw).fit(X)
     np.testing.assert_allclose(dyn.means_, loc.means_, atol=1e-10)
 
@@ -126,7 +126,7 @@ def test_without_coupling_it_is_local_gradient_em():
 # --- the clustered design ---------------------------------------------------------------
 
 SEEDS = range(4)
-METHODS = {"local-em": {}, "fedem": {}, "federico": {}, "dynamic-graph": {}, "d-fedgrem": {"graph": "ring"}}
+CLUSTERED = {"local-em": {}, "fedem": {}, "federico": {}, "dynamic-graph": {}, "d-fedgrem": {"graph": "ring"}}
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +138,8 @@ def clustered():
         warnings.simplefilter("ignore")
         for seed in SEEDS:
             X, truth, groups = make_grouped_gmm(spread=6.0, random_state=seed)
-            fits = {m: FederatedGaussianMixture(3, method=m, covariance_type="spherical", random_state=seed,
-                                                **o).fit(X) for m, o in METHODS.items()}
+            fits = {m: FederatedGaussianMixture(3, method=METHODS[m](**o), covariance_type="spherical",
+                                                random_state=seed).fit(X) for m, o in CLUSTERED.items()}
             errors = {m: np.array([estimation_errors(f.weights_, f.means_, truth.weights, truth.theta)[1]
                                    [groups == g].mean() for g in range(3)]) for m, f in fits.items()}
             out.append((groups, fits, errors))

@@ -15,7 +15,7 @@ import pytest
 from sklearn.base import clone
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import METHODS, make_strategy
+from fedmm.methods import METHODS
 from fedmm.data import FederatedData
 from fedmm.clients import LocalClients, as_clients
 from fedmm.engine import run
@@ -50,8 +50,8 @@ def test_batched_and_per_client_rounds_agree(model, method):
     family, data, start = _problem(model, [60, 90, 40, 75])
     if METHODS[method].shared:
         start = start.broadcast(data.n_clients)
-    a = run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="batched")
-    b = run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="per-client")
+    a = run(METHODS[method](**OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="batched")
+    b = run(METHODS[method](**OPTIONS.get(method, {})), family, data, start, 40, 0.0, mode="per-client")
     for x, y in zip(a.params, b.params):
         np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-10)
@@ -66,7 +66,7 @@ def test_fedgrem_restarts_run_in_the_engine_in_both_modes():
     K, R, p = truth.theta.shape
     start = MixtureParams(np.full((K, R), 1.0 / R), truth.theta + 1.5 * np.random.RandomState(3).randn(K, R, p),
                           np.ones((K, R, 1)))
-    a, b = (run(make_strategy("fedgrem"), family, data, start, 200, 1e-8, mode=m) for m in ("batched", "per-client"))
+    a, b = (run(METHODS["fedgrem"](), family, data, start, 200, 1e-8, mode=m) for m in ("batched", "per-client"))
     assert a.restarts == b.restarts == 1 and a.restarted.tolist() == b.restarted.tolist() == [2]
     assert a.n_iter == b.n_iter
     np.testing.assert_allclose(a.params.theta, b.params.theta, rtol=1e-10, atol=1e-10)
@@ -76,11 +76,11 @@ def _many_clients(K=300, seed=0):
     """The paper's design (App. B.1) with many small clients, a tenth of them outliers: a trimmed pooled
     start whose first pass (seed 0) ends with a few unpooled clients still drifting. With the paper's
     weights in the centre (``pooling_sizes="client"``), on which the deferral's tests were measured: with
-    the information weights (the default since 2026-11-24) the deferred restarts of seed 2 decide one
+    the information weights (the default) the deferred restarts of seed 2 decide one
     client differently and its honest clients' largest error is 0.438 against the undeferred 0.419, the
     approximation the deferral makes by design (restarts decided against states still on the move)."""
     X, _ = make_federated_gmm(K, 50, outlier_clients=range(K // 10), random_state=seed)
-    estimator = FederatedGaussianMixture(5, method="fedgrem", init="trimmed-pooled", pooling_sizes="client",
+    estimator = FederatedGaussianMixture(5, method=METHODS["fedgrem"](pooling_sizes="client"), init="trimmed-pooled",
                                          random_state=seed, verbose=1)
     return X, estimator
 
@@ -135,9 +135,9 @@ def test_local_em_clients_stop_at_their_own_calm_round_once_few_still_move():
         return step(self, strategy, broadcast, heard)
 
     with mock.patch("fedmm.engine.DEFER", 0.0):
-        every = run(make_strategy("local-em"), family, data, start, 500, 1e-3)
+        every = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
     with mock.patch.object(LocalClients, "step", counted):
-        tail = run(make_strategy("local-em"), family, data, start, 500, 1e-3)
+        tail = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
     assert tail.converged and min(asked) <= 3 and sum(asked) < 300 * every.n_iter
     gain = (every.loglik - tail.loglik) / data.n_samples
     assert gain.min() > -1e-9 and 0 < np.count_nonzero(gain > 1e-9) < 300
@@ -170,7 +170,7 @@ def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, me
         if cls.shared:
             start = start.broadcast(data.n_clients)
         seen.clear()
-        run(make_strategy(method, **OPTIONS.get(method, {})), family, data, start, 3, 0.0, mode="per-client")
+        run(METHODS[method](**OPTIONS.get(method, {})), family, data, start, 3, 0.0, mode="per-client")
         assert seen, "the server was never called"
         shapes.append(seen[0])
     assert shapes[0] == shapes[1]  # ten times the samples, the same message
@@ -181,18 +181,24 @@ def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, me
 
 
 BAD_OPTIONS = [
-    ("n_components", 0), ("n_components", 2.0), ("method", "fedavg"), ("n_init", 0), ("max_iter", 1.5),
-    ("tol", -1.0), ("tol", np.nan), ("tol", np.inf), ("init", "kmeans"), ("alignment", "best"), ("C_eta", 0.0),
-    ("C_eta", 2.0), ("C_eta", np.nan), ("eta_rule", "fixed"), ("penalty", "bogus"), ("penalty", -1.0),
-    ("penalty", np.nan), ("penalty_params", [1, 2]), ("center_restarts", -1), ("pooling_sizes", "sample"),
-    ("pool_variances", "yes"), ("tgmm_lambda", -0.4), ("tgmm_lambda", np.inf), ("backend", "jax"),
-    ("random_state", "seed"), ("random_state", -1),
+    ("n_components", 0), ("n_components", 2.0), ("method", "fedavg"), ("method", object()), ("n_init", 0),
+    ("max_iter", 1.5), ("tol", -1.0), ("tol", np.nan), ("tol", np.inf), ("init", "kmeans"), ("alignment", "best"),
+    ("backend", "jax"), ("random_state", "seed"), ("random_state", -1),
+]
+BAD_METHOD_OPTIONS = [
+    ("fedgrem", "C_eta", 0.0), ("fedgrem", "C_eta", 2.0), ("local-grem", "C_eta", np.nan), ("pooled-grem", "eta_rule", "fixed"),
+    ("fedgrem", "penalty", "bogus"), ("fedgrem", "penalty", -1.0), ("d-fedgrem", "penalty", np.nan),
+    ("fedgrem", "penalty_params", [1, 2]), ("fedgrem", "center_restarts", -1), ("fedgrem", "pooling_sizes", "sample"),
+    ("fedgrem", "pool_variances", "yes"), ("tgmm", "penalty", -0.4), ("tgmm", "penalty", np.inf),
+    ("fedem", "participation", 0.0), ("pooled-em", "dropout", 1.0), ("d-fedem", "n_gossip", 0),
+    ("d-fedem", "mixing", "random"), ("federico", "epsilon", 1.5), ("federico", "loss", "max"),
+    ("dynamic-graph", "coupling", -1.0), ("d-fedgrem", "random_state", "seed"),
 ]
 
 
 def _options(name, value):
-    """Three components with a method that takes the option, and the bad value."""
-    return {"n_components": 3, "method": "tgmm" if name == "tgmm_lambda" else "fedgrem", name: value}
+    """Three components, and the bad value."""
+    return {"n_components": 3, name: value}
 
 
 def _refuse_data(monkeypatch):
@@ -218,34 +224,15 @@ def test_each_bad_option_of_the_mixture_regression_is_refused_first(name, value,
         FederatedMixtureRegression(**_options(name, value)).fit([[0.0]], [[0.0]])
 
 
-@pytest.mark.parametrize("method, name, value", [
-    ("fedem", "penalty", "theory"), ("fedem", "penalty", "auto"), ("tgmm", "C_eta", 1.5), ("local-em", "eta_rule", "initial"),
-    ("pooled-em", "center_restarts", 3), ("fedgrem", "tgmm_lambda", 0.2), ("local-grem", "pooling_sizes", "component"),
-    ("fedem", "pool_variances", False), ("pooled-grem", "penalty_params", {"C": 1.0}),
-])
-def test_an_option_the_method_does_not_use_is_an_error(method, name, value, monkeypatch):
+@pytest.mark.parametrize("method, name, value", BAD_METHOD_OPTIONS)
+def test_each_bad_option_of_a_method_is_refused_first(method, name, value, monkeypatch):
     _refuse_data(monkeypatch)
-    with pytest.raises(ValueError, match=f"{name}.*method='{method}'"):
-        FederatedGaussianMixture(3, method=method, **{name: value}).fit([[0.0]])
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        FederatedGaussianMixture(3, method=METHODS[method](**{name: value})).fit([[0.0]])
 
 
 def test_precondition_belongs_to_gradient_methods(monkeypatch):
     _refuse_data(monkeypatch)
-    with pytest.raises(ValueError, match="precondition.*method='local-em'"):
+    with pytest.raises(ValueError, match="precondition=False changes the gradient step; LocalEM takes none"):
         FederatedMixtureRegression(3, method="local-em", precondition=False).fit([[0.0]], [[0.0]])
 
-
-def test_defaults_of_unused_options_are_fine():
-    X, y, _ = make_federated_mor(2, 60, centers=CENTERS, random_state=0)
-    FederatedMixtureRegression(3, method="fedem", C_eta=1.0, penalty="sure-floored", precondition=True,
-                               max_iter=5).fit(X, y)
-
-
-def test_options_for_keeps_what_each_method_uses():
-    options = dict(C_eta=0.9, tgmm_lambda=0.2, max_iter=5, precondition=False, penalty="theory")
-    assert FederatedMixtureRegression.options_for("fedem", options) == {"max_iter": 5}
-    assert FederatedMixtureRegression.options_for("local-grem", options) == dict(C_eta=0.9, max_iter=5,
-                                                                                 precondition=False)
-    assert FederatedMixtureRegression.options_for("fedgrem", options) == dict(C_eta=0.9, max_iter=5,
-                                                                              precondition=False, penalty="theory")
-    assert FederatedGaussianMixture.options_for("tgmm", options)["tgmm_lambda"] == 0.2

@@ -12,7 +12,7 @@ from sklearn.mixture import GaussianMixture
 from sklearn.preprocessing import StandardScaler
 
 from fedmm import EmptyComponentWarning, FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import METHODS
+from fedmm.methods import METHODS
 
 
 def _fit(method, X, y, groups, expected=(), **options):
@@ -75,7 +75,7 @@ def test_a_run_that_ends_below_its_start_says_so():
         X.append(rng.randn(300, 1) * np.where(z, 0.1, 3.0)[:, None])
         y.append(np.where(z, 2.0, -1.0) * X[-1][:, 0] + 0.1 * rng.randn(300))
     with pytest.warns(ConvergenceWarning, match="lower objective"):
-        FederatedMixtureRegression(2, method="local-grem", precondition=False, C_eta=1.99, max_iter=3000, tol=0.0,
+        FederatedMixtureRegression(2, method=METHODS["local-grem"](C_eta=1.99), precondition=False, max_iter=3000, tol=0.0,
                                    random_state=0).fit(X, y)
 
 

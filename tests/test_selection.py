@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
+from fedmm.methods import FedGrEM
 from fedmm.selection import select_n_components
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 from fedmm.tuning import client_folds
@@ -28,7 +29,7 @@ def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
     n = 4 * 100
     per_component = 2 * d                                             # mean and diagonal variances
     for pool_variances in (True, False):
-        model = FederatedGaussianMixture(3, pool_variances=pool_variances, random_state=0).fit(data)
+        model = FederatedGaussianMixture(3, method=FedGrEM(pool_variances=pool_variances), random_state=0).fit(data)
         pooled = model.pooled_
         assert not pooled.all()                                       # the count below has both kinds
         mean_df = variance_df = 0.0

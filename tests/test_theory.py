@@ -47,9 +47,11 @@ def test_rates_and_tuning_by_hand():
 
 def test_theory_penalty_runs_fedgrem():
     from fedmm import FederatedGaussianMixture
+    from fedmm.methods import FedGrEM
     X, truth = make_federated_gmm(4, 200, centers=np.array([[0.0, 0.0], [6.0, 0.0]]), random_state=0)
     params = theory_penalty_params("gmm", n=200, K=4, d=2, R=2, Delta=6.0)
-    gm = FederatedGaussianMixture(2, method="fedgrem", penalty="theory", penalty_params=params, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(2, method=FedGrEM(penalty="theory", penalty_params=params),
+                                  random_state=0).fit(X)
     assert np.all(np.isfinite(gm.means_)) and gm.history_["penalty"][0] > 0
 
 

@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture
 from fedmm.data import FederatedData
+from fedmm.methods import FedGrEM
 from fedmm.simulate import make_federated_gmm
 from fedmm.clients import LocalClients
 from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, alike_clients, client_fold, client_folds, client_median,
@@ -105,14 +106,14 @@ def test_auto_penalty_keeps_different_clients_apart():
     X, _ = make_federated_gmm(6, 150, centers=CENTERS, h=4.0, outlier_clients=[5], random_state=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        gm = FederatedGaussianMixture(3, method="fedgrem", penalty="auto", random_state=0).fit(X)
-        chosen = FederatedGaussianMixture(3, method="fedgrem", penalty="sure-floored", random_state=0).fit(X)
+        gm = FederatedGaussianMixture(3, method=FedGrEM(penalty="auto"), random_state=0).fit(X)
+        chosen = FederatedGaussianMixture(3, method=FedGrEM(penalty="sure-floored"), random_state=0).fit(X)
     table = gm.penalty_selection_
     assert table["candidates"] == list(PENALTY_CANDIDATES) and table["chosen"] == PENALTY_CANDIDATES[0]
     assert table["client_scores"].shape == (len(PENALTY_CANDIDATES), 6)
     assert (table["client_scores"][-1, :5] < table["client_scores"][0, :5] - 0.1).all()   # full pooling
     np.testing.assert_array_equal(gm.means_, chosen.means_)   # the chosen penalty's fit, same random_state
-    scaled = FederatedGaussianMixture(3, method="fedgrem", penalty="auto", random_state=0).fit([10 * x + 3 for x in X])
+    scaled = FederatedGaussianMixture(3, method=FedGrEM(penalty="auto"), random_state=0).fit([10 * x + 3 for x in X])
     # Held-out log-likelihoods per sample in the data's units: 2 features, each 10 times wider.
     np.testing.assert_allclose(scaled.penalty_selection_["score"], table["score"] - 2 * np.log(10), atol=1e-8)
 

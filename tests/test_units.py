@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms import METHODS
+from fedmm.methods import METHODS
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
 from fedmm.simulate import make_federated_gmm, make_federated_mor
@@ -112,8 +112,8 @@ def test_full_and_tied_covariances_are_equivariant_to_affine_maps(method, option
     B = _affine(method, seed, rotations=False)
     shift = np.array([b, -b / 3])
     mapped = [Xk @ B + shift for Xk in X]
-    make = lambda: FederatedGaussianMixture(3, method=method, covariance_type=covariance_type,  # noqa: E731
-                                            **options, **FIT)
+    make = lambda: FederatedGaussianMixture(3, method=METHODS[method](**options),  # noqa: E731
+                                            covariance_type=covariance_type, **FIT)
     ref, new = _fit_quietly(make(), X), _fit_quietly(make(), mapped)
     for labels, labels_new in zip(ref.predict(X), new.predict(mapped)):
         np.testing.assert_array_equal(labels, labels_new)
@@ -139,8 +139,8 @@ def test_mixtures_of_regressions_are_equivariant_to_affine_maps(method, options,
     X, y = _mor_clients()
     B = _affine(method, seed)
     Xm, ym = [Xk @ B + b for Xk in X], [c * yk + e for yk in y]
-    make = lambda: FederatedMixtureRegression(2, method=method, noise_variance=noise_variance,  # noqa: E731
-                                              **options, **FIT)
+    make = lambda: FederatedMixtureRegression(2, method=METHODS[method](**options),  # noqa: E731
+                                              noise_variance=noise_variance, **FIT)
     ref, new = _fit_quietly(make(), X, y), _fit_quietly(make(), Xm, ym)
     for p, p_new in zip(ref.predict_proba(X, y), new.predict_proba(Xm, ym)):
         np.testing.assert_array_equal(p.argmax(axis=1), p_new.argmax(axis=1))
@@ -248,14 +248,14 @@ def test_the_sure_penalty_is_chosen_in_noise_units(a, a2, b, c, e):
     same pooling and the same estimates mapped back whatever the units of X (and y)."""
     scale, shift = np.array([a, a2]), np.array([b, -b / 3])
     X = _gmm_clients(K=6)
-    make = lambda: FederatedGaussianMixture(3, method="fedgrem", penalty="sure", **FIT)  # noqa: E731
+    make = lambda: FederatedGaussianMixture(3, method=METHODS["fedgrem"](penalty="sure"), **FIT)  # noqa: E731
     ref, new = _fit_quietly(make(), X), _fit_quietly(make(), [Xk * scale + shift for Xk in X])
     np.testing.assert_allclose(new.history_["penalty"], ref.history_["penalty"], rtol=1e-9)
     np.testing.assert_array_equal(new.pooled_, ref.pooled_)
     np.testing.assert_allclose(new.means_, ref.means_ * scale + shift, rtol=1e-6,
                                atol=1e-7 * (10 * scale.max() + abs(b)))
     Xr, y = _mor_clients(K=6)
-    make = lambda: FederatedMixtureRegression(2, method="fedgrem", penalty="sure", **FIT)  # noqa: E731
+    make = lambda: FederatedMixtureRegression(2, method=METHODS["fedgrem"](penalty="sure"), **FIT)  # noqa: E731
     ref = _fit_quietly(make(), Xr, y)
     new = _fit_quietly(make(), [Xk * scale + shift for Xk in Xr], [c * yk + e for yk in y])
     np.testing.assert_allclose(new.history_["penalty"], ref.history_["penalty"], rtol=1e-9)

@@ -40,6 +40,7 @@ from fedmm import FederatedGaussianMixture
 from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
+from fedmm.methods import FedGrEM
 from fedmm.simulate import make_federated_gmm
 from fedmm.studies import plot_timings
 
@@ -128,15 +129,16 @@ def measure(n, d, repeats, with_reference=True):
 
 def fedgrem_fit_times(repeats):
     X, _ = make_federated_gmm(10, 150, outlier_clients=[9], random_state=0)
-    fit = lambda **kw: FederatedGaussianMixture(5, method="fedgrem", C_eta=0.95, covariance_type="identity", init="local-em",
-                                              penalty="paper", random_state=0, **kw).fit(X)  # noqa
+    fit = lambda restarts=1, **kw: FederatedGaussianMixture(  # noqa: E731
+        5, method=FedGrEM(C_eta=0.95, penalty="paper", center_restarts=restarts), covariance_type="identity",
+        init="local-em", random_state=0, **kw).fit(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit(n_init=1, max_iter=5)  # compile
         start = fit(n_init=10, max_iter=1000, tol=1e-6)
         as_run = best_of(lambda: fit(n_init=10, max_iter=1000, tol=1e-6), repeats)
         fixed = dict(means_init=start.params_.theta, weights_init=start.params_.weights, max_iter=1000, tol=0.0,
-                     center_restarts=0)
+                     restarts=0)
         thousand = best_of(lambda: fit(**fixed), repeats)
         profile = cProfile.Profile()
         profile.runcall(lambda: fit(**fixed))

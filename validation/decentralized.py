@@ -37,7 +37,7 @@ from joblib import Parallel, delayed
 from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture
-from fedmm.algorithms import make_strategy
+from fedmm.methods import METHODS, gather_options
 from fedmm.data import FederatedData
 from fedmm.engine import run
 from fedmm.families import GaussianFamily, MixtureParams
@@ -60,16 +60,16 @@ def gossip_part(rounds, exchanges):
     rng = np.random.RandomState(0)                              # one common start near the centres
     start = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(truth.centers + 0.5 * rng.randn(R, d),
                                                                      (K, R, d)).copy(), np.ones((K, R, 1)))
-    fedem = run(make_strategy("fedem"), family, data, start, rounds, 0.0).params
+    fedem = run(METHODS["fedem"](), family, data, start, rounds, 0.0).params
     gaps = {}
     for graph in ("ring", "torus", "complete"):
         for n in exchanges:
-            d = run(make_strategy("d-fedem", graph=graph, n_gossip=n), family, data, start, rounds, 0.0).params
+            d = run(METHODS["d-fedem"](graph=graph, n_gossip=n), family, data, start, rounds, 0.0).params
             gaps[graph, n] = float(np.abs(d.theta - fedem.theta).max())
     curve = {}
     for graph in ("ring", "complete"):
         for t in (1, 2, 5, 10, 20, 50):
-            p = run(make_strategy("d-fedem", graph=graph), family, data, start, t, 0.0).params
+            p = run(METHODS["d-fedem"](graph=graph), family, data, start, t, 0.0).params
             curve[graph, t] = float(estimation_errors(p.weights, p.theta, truth.weights, truth.theta)[1].max())
     return gaps, curve
 
@@ -128,8 +128,8 @@ def real_data():
             options = {} if method == "d-fedgrem" else options      # its default graph, not the groups' ring
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                fit = FederatedGaussianMixture(3, method=method, covariance_type=covariance, random_state=0,
-                                               **options).fit(X, groups=groups)
+                fit = FederatedGaussianMixture(3, covariance_type=covariance, random_state=0,
+                                               **gather_options({"method": method, **options})).fit(X, groups=groups)
             labels = fit.predict(X, groups=groups)
             out[case, method] = np.mean([adjusted_rand_score(truth[groups == k], labels[groups == k])
                                          for k in np.unique(groups) if len(np.unique(truth[groups == k])) > 1])
@@ -143,8 +143,8 @@ def clustered_fit(seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for method, options in CLUSTERED.items():
-            fit = FederatedGaussianMixture(3, method=method, covariance_type="spherical", random_state=seed,
-                                           **options).fit(X)
+            fit = FederatedGaussianMixture(3, covariance_type="spherical", random_state=seed,
+                                           **gather_options({"method": method, **options})).fit(X)
             error = estimation_errors(fit.weights_, fit.means_, truth.weights, truth.theta)[1]
             out[method] = [float(error[groups == g].mean()) for g in range(3)]
             if method == "federico":

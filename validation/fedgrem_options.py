@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))  # the data and protocols are realdata.py's and pooling_choice.py's
 import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture  # noqa: E402
+from fedmm.methods import gather_options  # noqa: E402
 from pooling_choice import design_case  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def split_errors(option, X, labels, n_clients, alpha, eps, seed):
     R = len(np.unique(labels))
     owner = rd.random_owners(labels, n_clients, alpha, np.random.RandomState(seed))
     X_train, X_test, test, honest = rd.federated_split(X, owner, R, eps, seed)
-    return [rd.score(labels, test, FederatedGaussianMixture(R, n_init=3, random_state=seed, **options)
+    return [rd.score(labels, test, FederatedGaussianMixture(R, n_init=3, random_state=seed, **gather_options(options))
                      .fit(X_train).predict(X_test), honest) for options in ({}, option)]
 
 

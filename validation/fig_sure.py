@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedmm.methods import FedGrEM
 from fedmm.studies import run_study
 
 FIGURE = Path(__file__).resolve().parents[1] / "docs/img/sure.png"
@@ -36,8 +37,9 @@ def main(argv=None):
     settings = [{"h": h, "outlier_clients": (9,)} for h in h_values]
     curves = {}
     for penalty in ("paper", "sure"):
-        rows = run_study("gmm", ["fedgrem"] + (["local-em", "pooled-em"] if penalty == "paper" else []),
-                         settings, reps, fit_options={"n_init": 3, "penalty": penalty}, n_jobs=-1)
+        methods = {"fedgrem": FedGrEM(penalty=penalty, pooling_sizes="client")}  # the studies' paper weights
+        methods.update({m: m for m in ("local-em", "pooled-em") if penalty == "paper"})
+        rows = run_study("gmm", methods, settings, reps, fit_options={"n_init": 3}, n_jobs=-1)
         for method, errors in mean_errors(rows, h_values).items():
             curves[f"FedGrEM, penalty={penalty!r}" if method == "fedgrem" else method] = errors
     print("mean over", reps, "replications of the max error of the means over honest clients")

@@ -31,14 +31,15 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import FederatedGaussianMixture
+from fedmm.methods import gather_options
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
 
 # The paper's model (identity covariance) and its pipeline (local-EM starts, fixed penalty schedule).
-BASE = dict(max_iter=1000, tol=1e-6, covariance_type="identity", pooling_sizes="client")
+BASE = dict(max_iter=1000, tol=1e-6, covariance_type="identity")
 FAITHFUL = dict(method="fedgrem", C_eta=0.95, eta_rule="initial", center_restarts=0, alignment="greedy",
-                init="local-em", penalty="paper", **BASE)
-DEFAULT = dict(method="fedgrem", C_eta=0.95, init="local-em", penalty="paper", **BASE)
+                init="local-em", penalty="paper", pooling_sizes="client", **BASE)
+DEFAULT = dict(method="fedgrem", C_eta=0.95, init="local-em", penalty="paper", pooling_sizes="client", **BASE)
 
 
 def configurations(quick):
@@ -101,7 +102,7 @@ def main(argv=None):
         for name, options in configs.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                gm = FederatedGaussianMixture(5, random_state=seed, **options).fit(X)
+                gm = FederatedGaussianMixture(5, random_state=seed, **gather_options(options)).fit(X)
             w_joint, theta = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta)
             w_sep, _ = estimation_errors(gm.weights_, gm.means_, truth.weights, truth.theta, matching="separate")
             results[name].append((theta[keep].max(), w_joint[keep].max(), w_sep[keep].max(), gm.converged_))

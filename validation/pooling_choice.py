@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))  # the digits' data and protocol are realdata.py's
 import realdata as rd  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
+from fedmm.methods import gather_options  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
 from fedmm.tuning import PENALTY_CANDIDATES, TRIM, paired_differences  # noqa: E402
@@ -50,7 +51,7 @@ def digits_case(alpha, eps):
         honest = [k for k in range(len(train)) if k not in bad]
 
         def make(options):
-            return FederatedGaussianMixture(10, n_init=3, random_state=seed, **options)
+            return FederatedGaussianMixture(10, n_init=3, random_state=seed, **gather_options(options))
 
         def error(est):
             return rd.score(labels, test, est.predict([X[i] for i in test]), honest)
@@ -68,7 +69,7 @@ def design_case(model, h):
             parts, estimator = [X, y], FederatedMixtureRegression
 
         def make(options):
-            return estimator(5, random_state=seed, **options)
+            return estimator(5, random_state=seed, **gather_options(options))
 
         def error(est):
             theta = est.means_ if model == "gmm" else est.coef_

@@ -56,6 +56,7 @@ from sklearn.mixture import GaussianMixture
 from sklearn.preprocessing import StandardScaler
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
+from fedmm.methods import gather_options
 from fedmm.metrics import misclustering_rate
 
 # Each method with its own default start; the federated ones also from aligned local EM, as the paper
@@ -150,7 +151,8 @@ def gmm_row(X, labels, owner, R, eps, seed, n_init, methods=METHODS):
     X_train, X_test, test, honest = federated_split(X, owner, R, eps, seed)
     row = {}
     for name, options in methods.items():
-        gm = FederatedGaussianMixture(R, method=name.split()[0], n_init=n_init, random_state=seed, **options)
+        gm = FederatedGaussianMixture(R, n_init=n_init, random_state=seed,
+                                      **gather_options({"method": name.split()[0], **options}))
         row[name] = score(labels, test, gm.fit(X_train).predict(X_test), honest)
     sk = GaussianMixture(R, covariance_type="diag", n_init=n_init, random_state=seed).fit(np.concatenate(X_train))
     row["sklearn GaussianMixture (pooled)"] = score(labels, test, [sk.predict(x) for x in X_test], honest)
@@ -162,7 +164,8 @@ def mor_row(x, y, labels, owner, R, seed, n_init, methods=METHODS):
     train, test = train_test(owner, rng)
     row = {}
     for name, options in methods.items():
-        mr = FederatedMixtureRegression(R, method=name.split()[0], n_init=n_init, random_state=seed, **options)
+        mr = FederatedMixtureRegression(R, n_init=n_init, random_state=seed,
+                                        **gather_options({"method": name.split()[0], **options}))
         mr.fit([x[i] for i in train], [y[i] for i in train])
         proba = mr.predict_proba([x[i] for i in test], [y[i] for i in test])
         row[name] = score(labels, test, [p.argmax(axis=1) for p in proba], range(len(test)))

@@ -10,7 +10,9 @@ compute from their statistics and what its server does with the messages.
 from abc import ABC, abstractmethod
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast, ClientMessage, ClientState, n_floats
 from ..tuning import first_best
@@ -60,8 +62,13 @@ def step_sizes(w0, stats, n_k, C_eta, rule):
     return C_eta / np.maximum(w0, stats.N / n_k[:, None])
 
 
-class Strategy(ABC):
+class Strategy(BaseEstimator, ABC):
     """An estimation strategy: a client step and a server step (``docs/architecture.md``).
+
+    A strategy is the estimators' ``method``: a parameter object in scikit-learn's sense. Its
+    constructor stores its options unchanged (``get_params``, ``set_params``, ``clone`` and
+    ``GridSearchCV``'s ``method__<option>`` work through the estimator), :attr:`_parameter_constraints`
+    declares what each may be, and :meth:`validate` checks them once, before a fit.
 
     Attributes
     ----------
@@ -94,7 +101,12 @@ class Strategy(ABC):
     pools_onto_consensus : bool
         Whether clients' components are pooled onto one consensus (FedGrEM):
         such a component counts once in BIC however many clients sit on it.
+    name : str
+        The name ``method=`` takes for this strategy (:data:`fedmm.methods.METHODS`).
     """
+
+    #: What each constructor argument may be (:mod:`fedmm._params`).
+    _parameter_constraints = {}
 
     per_client = True
     shared = False
@@ -105,11 +117,27 @@ class Strategy(ABC):
     ascent = True
     client_server = True
     pools_onto_consensus = False
+    name = None
+
+    def validate(self):
+        """Check every option against its declared constraint; ``self``."""
+        P.validate(self.get_params(deep=False), self._parameter_constraints)
+        return self
+
+    def tune(self, fit, clients, random_state):
+        """The strategy to fit, where an option asks the data to choose (FedGrEM's ``penalty="auto"``):
+        ``(strategy, selection)``, ``selection`` a dict that says what was compared (None: nothing was).
+
+        ``fit(train, strategies)`` fits each of ``strategies`` from the same starts on ``train``, a transport
+        of some of the clients' rows (:meth:`fedmm.clients.LocalClients.training`), and returns their
+        parameters; ``clients`` is the transport of all of them.
+        """
+        return self, None
 
     # --- client side -------------------------------------------------------------------
 
     def client_options(self):
-        """The options a client needs to rebuild this strategy's client side (``make_strategy(name,
+        """The options a client needs to rebuild this strategy's client side (``METHODS[name](
         **options)``) when it runs in another process (:mod:`fedmm.flower`): none unless overridden."""
         return {}
 
@@ -186,18 +214,38 @@ class Strategy(ABC):
         return np.ones(len(before.loglik), dtype=bool)
 
 
+#: The options of every strategy whose server hears the clients each round (:attr:`Strategy.client_server`).
+CLIENT_SERVER_CONSTRAINTS = {"participation": P.real(0.0, 1.0, low_open=True),
+                             "dropout": P.real(0.0, 1.0, high_open=True)}
+CLIENT_SERVER_DOC = """participation : float in (0, 1], default=1.0
+        The fraction of clients the server asks each round after the first, drawn from the estimator's
+        ``random_state``; it reuses the last message of the others (:class:`fedmm.engine.Participation`,
+        ``docs/decentralized.md``).
+    dropout : float in [0, 1), default=0.0
+        The probability that an asked client does not reply in a round (it is then treated as not asked)."""
+
+
 class GradientStrategy(Strategy):
     """A strategy whose clients take one gradient M-step per round.
 
     Parameters
     ----------
-    C_eta, eta_rule
-        Step sizes (:func:`step_sizes`).
+    C_eta : float in (0, 2), default=1.0
+        Gradient steps ``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}`` (FedGrEM App. A.1, Cor. A.12; App. B.1
+        tests 0.55 to 1.35; :func:`step_sizes`).
+    eta_rule : {"safeguarded", "initial"}, default="safeguarded"
+        ``"initial"``: the paper's fixed ``C_eta / w_hat^{[0]}``; ``"safeguarded"``:
+        ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, the same while weights do not grow, and it cannot
+        overshoot when they do.
     """
 
+    _parameter_constraints = {
+        "C_eta": P.Constraint(P.real(0.0, 2.0, low_open=True, high_open=True).accepts,
+                              "a number in (0, 2): a gradient step with eta * w >= 2 overshoots the M-step instead "
+                              "of moving towards it (the paper uses 0.55 to 1.35)"),
+        "eta_rule": P.one_of(*ETA_RULES)}
+
     def __init__(self, C_eta=1.0, eta_rule="safeguarded"):
-        if eta_rule not in ETA_RULES:
-            raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}.")
         self.C_eta = C_eta
         self.eta_rule = eta_rule
 

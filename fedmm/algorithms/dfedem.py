@@ -29,6 +29,7 @@ from sklearn.utils import check_random_state
 from .. import graphs
 from ..families import MixtureParams
 from ..protocol import Broadcast
+from .. import _params as P
 from ._base import Strategy, em_update
 
 GRAPHS = ("complete", "ring", "torus", "erdos-renyi")
@@ -80,9 +81,14 @@ class DFedEM(Strategy):
     n_gossip : int
         Exchanges per round.
     random_state : int, RandomState or None
-        Draws the random graph.
+        Draws the random graph; None: a seed drawn from the estimator's ``random_state``.
     """
 
+    name = "d-fedem"
+    _parameter_constraints = {
+        "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"),
+                          P.function),
+        "mixing": P.one_of(*MIXINGS), "n_gossip": P.integer(1), "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1), P.instance(np.random.RandomState, text="a numpy RandomState"))}
     per_client = False
     default_init = "common"
     ascent = False

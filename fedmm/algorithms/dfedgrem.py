@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
-from .dfedem import mixing_schedule
+from .dfedem import DFedEM, mixing_schedule
 from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule
 
 
@@ -68,24 +68,30 @@ class DFedGrEM(FedGrEM):
     graph : {"complete", "ring", "torus", "erdos-renyi"}, array-like of shape (K, K), or callable
         The communication graph, as for D-FedEM (:func:`fedmm.algorithms.dfedem.mixing_schedule`); only its
         support matters.
-    C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances, centre_margins, shrinkage
+    C_eta, eta_rule, penalty, penalty_params, center_restarts, pool_variances, centre_margins, shrinkage
         As for :class:`~fedmm.algorithms.fedgrem.FedGrEM`, per neighbourhood. A client's restart from the
         consensus starts from its own neighbourhood's.
+    pooling_sizes : {"client", "information", "component"}, default="client"
+        As for FedGrEM; the paper's ``n_k`` by default: information weights were measured to cost
+        d-FedGrEM on the penguins (ARI 0.97 to 0.71, ``docs/fedgrem.md``, "Information weights in the
+        centre"), where a neighbourhood's few clients decide its centre.
     central_tol, central_max_iter
         As for :class:`~fedmm.algorithms.fedgrem.FedGrEM`.
     random_state : int, RandomState or None
-        Draws the random graph.
+        Draws the random graph; None: a seed drawn from the estimator's ``random_state``.
     """
 
+    name = "d-fedgrem"
+    _parameter_constraints = {**{k: v for k, v in FedGrEM._parameter_constraints.items()
+                                 if k not in ("participation", "dropout")},
+                              "graph": DFedEM._parameter_constraints["graph"],
+                              "random_state": DFedEM._parameter_constraints["random_state"]}
     client_server = False
     pools_onto_consensus = False
-    # The paper's n_k: information weights were measured to cost d-FedGrEM on the penguins (ARI 0.97 to 0.71,
-    # docs/fedgrem.md, "Information weights in the centre"), where a neighbourhood's few clients decide its centre.
-    default_pooling_sizes = "client"
 
-    def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None,
-                 center_restarts=1, pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft",
-                 central_tol=1e-10, central_max_iter=1000, random_state=None):
+    def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored",
+                 penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
+                 centre_margins=False, shrinkage="soft", central_tol=1e-10, central_max_iter=1000, random_state=None):
         super().__init__(C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances,
                          centre_margins, shrinkage, central_tol, central_max_iter)
         self.graph = graph

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import chi2
 
+from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ._base import GradientStrategy
@@ -61,14 +62,21 @@ class DynamicGraph(GradientStrategy):
     Parameters
     ----------
     C_eta, eta_rule
-        Step sizes (:func:`fedmm.algorithms._base.step_sizes`); ``C_eta`` is also ``eta`` of the coupling.
-    coupling : float or None
-        ``rho``; None: ``(2 / C_eta - 1) / (1 + 2 max_i deg_i)`` of each round's graph.
-    threshold0, threshold_min : float or None
-        ``alpha_t = max(threshold0 / t, threshold_min)`` on the scaled squared distances; None: the
-        99% quantile of ``chi^2_{R p}`` for ``threshold_min`` and ten times it for ``threshold0``.
+        Step sizes (:class:`~fedmm.algorithms._base.GradientStrategy`); ``C_eta`` is also ``eta`` of the coupling.
+    coupling : float or None, default=None
+        ``rho``, the pull towards the clients within the threshold; None: ``(2 / C_eta - 1) / (1 + 2 max_i
+        deg_i)`` of each round's graph, the largest safe pull.
+    threshold0, threshold_min : float or None, default=None
+        ``alpha_t = max(threshold0 / t, threshold_min)`` on the scaled squared distances between clients
+        (``docs/decentralized.md``); None: the 99% quantile of ``chi^2_{R p}`` for ``threshold_min`` and
+        ten times it for ``threshold0``.
     """
 
+    name = "dynamic-graph"
+    _parameter_constraints = {**GradientStrategy._parameter_constraints,
+                              "coupling": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
+                              "threshold0": P.any_of(P.real(0.0, np.inf, low_open=True, high_open=True), P.none),
+                              "threshold_min": P.any_of(P.real(0.0, np.inf, high_open=True), P.none)}
     per_client = False
     # The draft starts every client from one point (x_i^0 = x_bar^0); a mixture fitted to heterogeneous clients
     # pooled puts components where no group has them, and gradient steps do not recover (docs/decentralized.md).

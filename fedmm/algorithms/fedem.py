@@ -16,7 +16,7 @@ import numpy as np
 
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ._base import Strategy, em_update
+from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, Strategy, em_update
 
 
 class SharedComponents(NamedTuple):
@@ -31,12 +31,23 @@ class SharedComponents(NamedTuple):
 
 
 class FedEM(Strategy):
-    """FedEM (``method="fedem"``): shared components, local mixing proportions."""
+    __doc__ = f"""FedEM (``method="fedem"``): shared components, local mixing proportions; no robustness.
 
+    Parameters
+    ----------
+    {CLIENT_SERVER_DOC}
+    """
+
+    name = "fedem"
+    _parameter_constraints = CLIENT_SERVER_CONSTRAINTS
     per_client = False
     shares_components = True
     default_init = "common"
     ascent = False
+
+    def __init__(self, participation=1.0, dropout=0.0):
+        self.participation = participation
+        self.dropout = dropout
 
     def local_update(self, family, stats, state, n_k):
         return em_update(family, stats, n_k)

@@ -29,7 +29,7 @@ communication (Sec. 3.3):
 
 Choices where the paper leaves room (``docs/decentralized.md``):
 
-- ``federico_loss="mean"`` (default) is the loss per sample. Eq. (3) sums the
+- ``loss="mean"`` (default) is the loss per sample. Eq. (3) sums the
   losses over a client's samples; with likelihoods of continuous data that sum
   differs between models by tens of nats, so the softmax is one-hot on the
   client's own (best-fitting) model after one round and nobody collaborates.
@@ -39,7 +39,7 @@ Choices where the paper leaves room (``docs/decentralized.md``):
   Algorithm 1 starts the unseen losses at 0 (line 3), an optimistic guess for
   its non-negative losses but arbitrary for negative log-likelihoods of
   densities.
-- ``federico_beta=None`` accumulates the losses instead (``L_ij += l_ij``), the
+- ``beta=None`` accumulates the losses instead (``L_ij += l_ij``), the
   posterior of exact EM under a uniform prior (App. A, eqs. (22)-(24)).
 """
 
@@ -49,6 +49,7 @@ import numpy as np
 from scipy.special import softmax
 from sklearn.utils import check_random_state
 
+from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast, n_floats
 from ._base import Strategy, em_update
@@ -131,18 +132,23 @@ class FedeRiCo(Strategy):
 
     Parameters
     ----------
-    federico_neighbors : int
-        ``M``, models a client evaluates besides its own each round (the paper: 3).
-    federico_epsilon : float in [0, 1]
-        Probability of a uniform pick in the epsilon-greedy draw (0.3).
-    federico_beta : float in (0, 1] or None
-        Momentum of the losses' moving average (0.6); 1 keeps only the latest
+    n_neighbors : int, default=3
+        ``M``, models a client evaluates besides its own each round (the paper's 3).
+    epsilon : float in [0, 1], default=0.3
+        Probability of a uniform pick in the epsilon-greedy draw (the paper's 0.3).
+    beta : float in (0, 1] or None, default=0.6
+        Momentum of the losses' moving average (the paper's 0.6); 1 keeps only the latest
         losses, None accumulates them (exact EM under a uniform prior).
-    federico_loss : {"mean", "sum"}
-        Negative log-likelihood per sample (default) or summed, as eq. (3).
-    random_state : int, RandomState or None
-        The epsilon-greedy draws.
+    loss : {"mean", "sum"}, default="mean"
+        Negative log-likelihood per sample, or summed, as eq. (3).
+    random_state : int, RandomState or None, default=None
+        The epsilon-greedy draws; None: a seed drawn from the estimator's ``random_state``.
     """
+
+    name = "federico"
+    _parameter_constraints = {"n_neighbors": P.integer(1), "epsilon": P.real(0.0, 1.0),
+                              "beta": P.any_of(P.real(0.0, 1.0, low_open=True), P.none), "loss": P.one_of(*LOSSES),
+                              "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1), P.instance(np.random.RandomState, text="a numpy RandomState"))}
 
     per_client = False
     sends_stats = True
@@ -150,14 +156,11 @@ class FedeRiCo(Strategy):
     ascent = False
     client_server = False
 
-    def __init__(self, federico_neighbors=3, federico_epsilon=0.3, federico_beta=0.6, federico_loss="mean",
-                 random_state=None):
-        if federico_loss not in LOSSES:
-            raise ValueError(f"federico_loss must be one of {LOSSES}, got {federico_loss!r}.")
-        self.federico_neighbors = federico_neighbors
-        self.federico_epsilon = federico_epsilon
-        self.federico_beta = federico_beta
-        self.federico_loss = federico_loss
+    def __init__(self, n_neighbors=3, epsilon=0.3, beta=0.6, loss="mean", random_state=None):
+        self.n_neighbors = n_neighbors
+        self.epsilon = epsilon
+        self.beta = beta
+        self.loss = loss
         self.random_state = random_state
 
     # --- client side -------------------------------------------------------------------
@@ -179,8 +182,8 @@ class FedeRiCo(Strategy):
             logliks.append(loglik)
             stats.append(st)
         loglik = np.stack(logliks, axis=1)                                            # (K, slots)
-        ell[rows, broadcast.slots] = -loglik / (n_k[:, None] if self.federico_loss == "mean" else 1.0)
-        L = update_losses(L, ell, self.federico_beta)
+        ell[rows, broadcast.slots] = -loglik / (n_k[:, None] if self.loss == "mean" else 1.0)
+        L = update_losses(L, ell, self.beta)
         w = collaborator_weights(L)
         weighted = _weighted(type(stats[0])(*(None if f[0] is None else np.stack(f, axis=1) for f in zip(*stats))),
                              np.take_along_axis(w, broadcast.slots, axis=1))
@@ -212,8 +215,8 @@ class FedeRiCo(Strategy):
         total = received.N.sum(axis=1)
         new = self.local_update(family, received, None, np.maximum(total, 1e-300))
         params = new.where(total > 1e-12, state.params)
-        slots = np.array([np.concatenate([[i], epsilon_greedy(messages.w[i], i, self.federico_neighbors,
-                                                              self.federico_epsilon, state.rng)]) for i in range(K)])
+        slots = np.array([np.concatenate([[i], epsilon_greedy(messages.w[i], i, self.n_neighbors, self.epsilon,
+                                                              state.rng)]) for i in range(K)])
         return self._deliver(params, slots), state._replace(params=params, w=messages.w, cache=cache)
 
     @staticmethod

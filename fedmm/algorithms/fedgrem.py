@@ -17,18 +17,20 @@ from typing import Callable, NamedTuple
 import numpy as np
 from numba import vectorize
 from scipy.stats import chi2
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from ..central import CentralResult, central_update, centre_margin, linear_shrinkage, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ..tuning import client_median, sure_penalty
-from ._base import GradientStrategy
+from ..tuning import N_FOLDS, PENALTY_CANDIDATES, TRIM, client_median, select_penalty, sure_penalty
+from .. import _params as P
+from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy
 
 PENALTIES = ("paper", "sure", "sure-floored", "theory")
 #: The penalties chosen every round by SURE (:func:`fedmm.tuning.sure_penalty`).
 SURE_PENALTIES = ("sure", "sure-floored")
-POOLING_SIZES = ("auto", "client", "component", "information")
+POOLING_SIZES = ("client", "component", "information")
 SHRINKAGES = ("soft", "linear")
 
 
@@ -240,21 +242,30 @@ def settle_penalty(chosen, pilot, memory):
 
 
 class FedGrEM(GradientStrategy):
-    """FedGrEM (``method="fedgrem"``).
+    __doc__ = f"""FedGrEM (``method="fedgrem"``): robust, adaptive federated gradient EM (``docs/fedgrem.md``).
 
     Parameters
     ----------
     C_eta, eta_rule
-        Step sizes (:func:`fedmm.algorithms._base.step_sizes`).
-    penalty, penalty_params
-        The penalty schedule (:func:`penalty_schedule`).
-    pooling_sizes : {"auto", "client", "component", "information"}
-        Sizes weighting the central problem: ``n_k`` (the paper), each
-        component's effective size at the pass's start, ``n_k w_kr^{[0]} R``,
-        or ``"information"``: that size weighs each client's estimate in the
-        centre while the thresholds stay the paper's (:meth:`_blocks`).
-        ``"auto"``: the method's own, ``default_pooling_sizes``.
-    center_restarts : int
+        Step sizes (:class:`~fedmm.algorithms._base.GradientStrategy`).
+    penalty : {{"sure-floored", "paper", "sure", "auto", "theory"}}, float or callable, default="sure-floored"
+        The penalty ``lambda_t`` (:func:`penalty_schedule`): "sure-floored", the larger of SURE's choice
+        and the paper's ``lambda_t`` (pools as SURE does where clients are alike, is the paper's FedGrEM
+        where they differ; ``docs/units.md``); "paper", App. B.1's schedule; "sure", chosen every round
+        by Stein's unbiased estimate of the central update's squared error, trimmed over clients
+        (:func:`fedmm.tuning.sure_penalty`); "auto", one of :data:`fedmm.tuning.PENALTY_CANDIDATES` by
+        5-fold cross-validated likelihood trimmed over clients and the one-standard-error rule
+        (:meth:`tune`; each client deals and scores its own folds, also on Flower); "theory",
+        Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a function of the round ``t``.
+    penalty_params : dict, optional
+        Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory" (``kappa0``, ``r_w``,
+        ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
+    pooling_sizes : {{"information", "client", "component"}}, default="information"
+        Sizes weighting the central problem: ``"information"``, each client's estimate weighs in the
+        centre by ``n_k w_kr^{{[0]}} R`` while the thresholds stay the paper's, so clients that all pool
+        meet at pooled EM's fixed point (:meth:`_blocks`); ``"client"``, ``n_k`` (the paper's);
+        ``"component"``, each component's effective size at the pass's start, ``n_k w_kr^{{[0]}} R``.
+    center_restarts : int, default=1
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
         parameters set to the centre, proportions refitted) and FedGrEM runs
@@ -289,10 +300,24 @@ class FedGrEM(GradientStrategy):
         shrinkage"), each by the empirical Bayes factor of its own noise and the clients' spread
         around the centre, estimated every round (:func:`fedmm.central.linear_shrinkage`); the
         centre and the treatment of outlying clients stay the paper's.
-    central_tol, central_max_iter
+    central_tol, central_max_iter : float, int, default=1e-10, 1000
         Tolerance and cap of the central problem's alternating minimization.
+    {CLIENT_SERVER_DOC}
     """
 
+    name = "fedgrem"
+    _parameter_constraints = {
+        **GradientStrategy._parameter_constraints,
+        "penalty": P.any_of(P.one_of(*PENALTIES, "auto"), P.real(0.0), P.function),
+        "penalty_params": P.any_of(P.instance(dict, text="a dict"), P.none),
+        "center_restarts": P.integer(0),
+        "pooling_sizes": P.one_of(*POOLING_SIZES),
+        "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
+        "centre_margins": P.boolean,
+        "shrinkage": P.one_of(*SHRINKAGES),
+        "central_tol": P.real(0.0, np.inf, low_open=True, high_open=True),
+        "central_max_iter": P.integer(1),
+        **CLIENT_SERVER_CONSTRAINTS}
     per_client = False
     sends_stats = True
     # The paper starts from aligned local EM (App. B, C.1); fedmm's default runs from it and from the trimmed
@@ -306,28 +331,36 @@ class FedGrEM(GradientStrategy):
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
 
-    # Clients that all pool meet at pooled EM's fixed point (docs/fedgrem.md, "Information weights in the centre").
-    default_pooling_sizes = "information"
-
-    def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="paper", penalty_params=None, center_restarts=1,
-                 pooling_sizes="auto", pool_variances=True, centre_margins=False, shrinkage="soft", central_tol=1e-10,
-                 central_max_iter=1000):
+    # pooling_sizes="information": clients that all pool meet at pooled EM's fixed point (docs/fedgrem.md,
+    # "Information weights in the centre").
+    def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored", penalty_params=None,
+                 center_restarts=1, pooling_sizes="information", pool_variances=True, centre_margins=False,
+                 shrinkage="soft", central_tol=1e-10, central_max_iter=1000, participation=1.0, dropout=0.0):
         super().__init__(C_eta, eta_rule)
-        self.centre_margins = centre_margins
-        if shrinkage not in SHRINKAGES:
-            raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {shrinkage!r}.")
-        self.shrinkage = shrinkage
-        if pooling_sizes not in POOLING_SIZES:
-            raise ValueError(f"pooling_sizes must be one of {POOLING_SIZES}, got {pooling_sizes!r}.")
-        self.pooling_sizes = self.default_pooling_sizes if pooling_sizes == "auto" else pooling_sizes
-        if not (isinstance(pool_variances, (bool, np.bool_)) or pool_variances == "robust"):
-            raise ValueError(f"pool_variances must be True, False or 'robust', got {pool_variances!r}.")
-        self.pool_variances = pool_variances
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
+        self.pooling_sizes = pooling_sizes
+        self.pool_variances = pool_variances
+        self.centre_margins = centre_margins
+        self.shrinkage = shrinkage
         self.central_tol = central_tol
         self.central_max_iter = central_max_iter
+        self.participation = participation
+        self.dropout = dropout
+
+    def tune(self, fit, clients, random_state):
+        """``penalty="auto"``: the candidate of :data:`fedmm.tuning.PENALTY_CANDIDATES` (this strategy with
+        their options; its ``penalty_params`` stay with the first) chosen by trimmed 5-fold cross-validated
+        likelihood and the one-standard-error rule (:func:`fedmm.tuning.select_penalty`)."""
+        if not isinstance(self.penalty, str) or self.penalty != "auto":
+            return self, None
+        chosen, selection = select_penalty(lambda train, candidates: fit(train, [self._with(c) for c in candidates]),
+                                           clients, PENALTY_CANDIDATES, N_FOLDS, TRIM, random_state)
+        return self._with(chosen), selection
+
+    def _with(self, options):
+        return clone(self).set_params(**options)
 
     def server_start(self, family, start, n_k):
         d, K = start.theta.shape[-1], len(n_k)

@@ -17,8 +17,9 @@ def echo(messages):
 
 
 class LocalEM(Strategy):
-    """Local EM: E-step and closed-form M-step on each client (``method="local-em"``)."""
+    """Local EM: E-step and closed-form M-step on each client (``method="local-em"``). No options."""
 
+    name = "local-em"
     client_server = False
 
     def local_update(self, family, stats, state, n_k):
@@ -29,8 +30,14 @@ class LocalEM(Strategy):
 
 
 class LocalGrEM(GradientStrategy):
-    """Local gradient EM: E-step and one gradient M-step on each client (``method="local-grem"``)."""
+    __doc__ = f"""Local gradient EM: E-step and one gradient M-step on each client (``method="local-grem"``).
 
+    Parameters
+    ----------
+    {GradientStrategy.__doc__.split("----------")[1].strip()}
+    """
+
+    name = "local-grem"
     client_server = False
 
     def server_step(self, messages, state, t):

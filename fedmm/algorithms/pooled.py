@@ -13,7 +13,7 @@ import numpy as np
 
 from ..families import MixtureParams, pool_stats
 from ..protocol import Broadcast
-from ._base import GradientStrategy, Strategy, em_update, grem_update, step_sizes
+from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, Strategy, em_update, grem_update, step_sizes
 from .fedem import SharedComponents
 
 
@@ -53,14 +53,40 @@ class _Pooled(Strategy):
 
 
 class PooledEM(_Pooled):
-    """EM on the pooled data (``method="pooled-em"``)."""
+    __doc__ = f"""EM on the pooled data (``method="pooled-em"``): no robustness, one model for every client.
+
+    Parameters
+    ----------
+    {CLIENT_SERVER_DOC}
+    """
+
+    name = "pooled-em"
+    _parameter_constraints = CLIENT_SERVER_CONSTRAINTS
+
+    def __init__(self, participation=1.0, dropout=0.0):
+        self.participation = participation
+        self.dropout = dropout
 
     def _update(self, state, stats, n):
         return em_update(state.family, stats, n)
 
 
 class PooledGrEM(_Pooled, GradientStrategy):
-    """Gradient EM on the pooled data (``method="pooled-grem"``)."""
+    __doc__ = f"""Gradient EM on the pooled data (``method="pooled-grem"``).
+
+    Parameters
+    ----------
+    {GradientStrategy.__doc__.split("----------")[1].strip()}
+    {CLIENT_SERVER_DOC}
+    """
+
+    name = "pooled-grem"
+    _parameter_constraints = {**GradientStrategy._parameter_constraints, **CLIENT_SERVER_CONSTRAINTS}
+
+    def __init__(self, C_eta=1.0, eta_rule="safeguarded", participation=1.0, dropout=0.0):
+        super().__init__(C_eta, eta_rule)
+        self.participation = participation
+        self.dropout = dropout
 
     def _update(self, state, stats, n):
         eta = step_sizes(state.w0, stats, n, self.C_eta, self.eta_rule)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..families import MixtureParams
 from ..protocol import Broadcast, Prior
+from .. import _params as P
 from ._base import Strategy
 from .local import echo
 
@@ -31,23 +32,25 @@ class TGMM(Strategy):
 
     Parameters
     ----------
-    tgmm_lambda : float
-        Weight of each source (the paper: 0.4).
+    penalty : float >= 0, default=0.4
+        ``lambda``, the weight of each source (the paper's 0.4).
     """
 
+    name = "tgmm"
+    _parameter_constraints = {"penalty": P.real(0.0, np.inf, high_open=True)}
     per_client = False
     default_init = "local-em"
     ascent = False
     client_server = False
 
-    def __init__(self, tgmm_lambda=0.4):
-        self.tgmm_lambda = tgmm_lambda
+    def __init__(self, penalty=0.4):
+        self.penalty = penalty
 
     def server_start(self, family, start, n_k):
         """The sources, sent once: every client's prior is centred at the mean of the others' starts."""
         K = len(n_k)
         others = (start.theta.sum(axis=0) - start.theta) / max(K - 1, 1)
-        return Broadcast(start, Prior(others, np.full(K, self.tgmm_lambda * (K - 1)))), None
+        return Broadcast(start, Prior(others, np.full(K, self.penalty * (K - 1)))), None
 
     def local_update(self, family, stats, state, n_k):
         prior = state.prior

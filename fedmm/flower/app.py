@@ -15,6 +15,7 @@ run config key     meaning                                                   def
 ``model``          ``"gmm"`` (FederatedGaussianMixture) or ``"mor"``         ``"gmm"``
 ``n-components``   ``n_components``                                          5
 ``method``         a client-server method                                    ``"fedgrem"``
+``method-options`` the method's own options, as a JSON object                ``"{}"``
 ``init``           a start separate parties can make                         ``"local-em"``
 ``random-state``   ``random_state``                                          0
 ``settings``       further estimator arguments, as a JSON object              ``"{}"``
@@ -29,6 +30,7 @@ import json
 import joblib
 from flwr.serverapp import ServerApp
 
+from ..methods import METHODS
 from .client import ESTIMATORS, client_app
 from .server import fit
 
@@ -43,7 +45,8 @@ server = ServerApp()
 def estimator_from_config(run_config):
     """The unfitted estimator a run config describes (the table above)."""
     cls = ESTIMATORS[MODELS[str(run_config.get("model", "gmm"))]]
-    return cls(int(run_config.get("n-components", 5)), method=str(run_config.get("method", "fedgrem")),
+    method = METHODS[str(run_config.get("method", "fedgrem"))](**json.loads(str(run_config.get("method-options", "{}"))))
+    return cls(int(run_config.get("n-components", 5)), method=method,
                init=str(run_config.get("init", "local-em")), random_state=int(run_config.get("random-state", 0)),
                **json.loads(str(run_config.get("settings", "{}"))))
 

@@ -43,11 +43,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.clientapp import ClientApp
 
 from .. import estimators
-from ..algorithms import make_strategy
 from ..clients import client_family_starts, data_scale, fit_weights
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..initialization import user_start
+from ..methods import METHODS
 from ..kernels import resolve_backend
 from ..protocol import Broadcast, ClientState
 from ..tuning import client_fold
@@ -89,7 +89,7 @@ def load_from_config(context):
     return X, (None if y_column is None else table[y_column])
 
 
-def client_app(load=None):
+def client_app(load=None, methods=()):
     """The ``ClientApp`` of a fedmm client.
 
     Parameters
@@ -97,12 +97,17 @@ def client_app(load=None):
     load : callable, optional
         ``load(context) -> (X, y)``: this client's rows (``y`` None for Gaussian mixtures). By default
         :func:`load_from_config`.
+    methods : sequence of method classes, optional
+        Methods written outside fedmm that this client runs, besides :data:`fedmm.methods.METHODS`: the
+        server names the method of a fit, and a client runs only code it was given
+        (``docs/extending.md``).
 
     Returns
     -------
     flwr.clientapp.ClientApp
     """
     load = load or load_from_config
+    known = {**METHODS, **{cls.name: cls for cls in methods}}
     app = ClientApp()
     rows = {}
 
@@ -126,7 +131,7 @@ def client_app(load=None):
 
     handler("hello", _hello(read))
     for action, answer in _ANSWERS.items():
-        handler(action, _with_session(read, answer))
+        handler(action, _with_session(read, answer, known))
     return app
 
 
@@ -155,8 +160,9 @@ def _read(load, context, est):
 class _Session:
     """A client's view of the fit: its family, its rows in the fit's units, its saved state."""
 
-    def __init__(self, read, context, train_fold=None):
+    def __init__(self, read, context, methods, train_fold=None):
         self.read = read
+        self.methods = methods
         model = context.state["fedmm.model"]
         est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
         data = read(context, est)
@@ -186,22 +192,25 @@ class _Session:
 
     def strategy(self):
         s = self.context.state["fedmm.strategy"]
-        return make_strategy(s["method"], **json.loads(s["options"]))
+        if s["method"] not in self.methods:
+            raise ValueError(f"This client does not run method {s['method']!r}: give its class to "
+                             "fedmm.flower.client_app(methods=[...]).")
+        return self.methods[s["method"]](**json.loads(s["options"]))
 
 
 def _record(values):
     return encode(values)["arrays"]
 
 
-def _with_session(read, answer):
+def _with_session(read, answer, methods):
     def handle(message, context, request):
-        return answer(_Session(read, context, request.get("train_fold")), arrays(message.content), request)
+        return answer(_Session(read, context, methods, request.get("train_fold")), arrays(message.content), request)
     return handle
 
 
 def _units(session, values, request):
     session.context.state["fedmm.units"] = _record(values)
-    session = _Session(session.read, session.context)
+    session = _Session(session.read, session.context, session.methods)
     return {"scale": np.array([data_scale(session.data.X, session.data.y)])}
 
 

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 from flwr.app import Message
+from sklearn.base import clone
 
-from ..algorithms import METHODS
 from ..clients import client_family_starts
 from ..data import FederatedData
 from ..kernels import resolve_backend
@@ -78,8 +78,11 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
         config) when every client has a distinct one, in their order, else their node ids in increasing
         order; ``flower_rejections_`` lists every reply the server did not use (by node id).
     """
-    estimator._check_params()
-    if not METHODS[estimator.method].client_server or METHODS[estimator.method].per_client:
+    strategy = estimator._check_params()
+    if strategy.name is None:
+        raise ValueError(f"{type(strategy).__name__} has no name: a method run on Flower needs one (its class "
+                         "attribute name), by which the clients' client_app(methods=...) know it.")
+    if not strategy.client_server or strategy.per_client:
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
     nodes = sorted(int(n) for n in grid.get_node_ids())
@@ -104,7 +107,7 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
             ids = np.array(names if None not in names else nodes)
             if hasattr(estimator, "feature_names_in_"):
                 del estimator.feature_names_in_
-            estimator._fit_clients(clients.family, clients, ids, clients.n_features)
+            estimator._fit_clients(clone(strategy), clients.family, clients, ids, clients.n_features)
         except ClientsRejected as error:
             log.warning("fedmm.flower: starting again without node(s) %s: %s", error.nodes, error)
             nodes = [n for n in nodes if n not in error.nodes]
@@ -148,7 +151,7 @@ class FlowerClients:
     def hello(self):
         """Every client reads its data and sends its size and sums; the server builds the family."""
         est = self.estimator
-        settings = json.dumps({k: v for k, v in est.get_params().items()
+        settings = json.dumps({k: v for k, v in est.get_params(deep=False).items()
                                if v is None or isinstance(v, (bool, int, float, str))})
         needs_y = est._family_class.needs_y
         raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings)
@@ -194,9 +197,8 @@ class FlowerClients:
         return stack([unflatten(MixtureParams, replies[k]) for k in range(K)])
 
     def start(self, strategy, params):
-        name = next(n for n, cls in METHODS.items() if type(strategy) is cls)
         rows = [flatten(take(params, k)) for k in range(self.n_clients)]
-        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=name,
+        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=strategy.name,
                   options=json.dumps(strategy.client_options()))
         self._sends_stats = strategy.sends_stats
         self._first_round = True

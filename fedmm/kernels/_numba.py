@@ -250,7 +250,7 @@ def _stats_pass(X, resp, starts, ends, squares):
                 N[p, r] += g
                 total = 0.0
                 for j in range(d):
-                    x = float(X[i, j])
+                    x = np.float64(X[i, j])  # float() keeps float32 in Numba: x * x would round
                     Sx[p, r, j] += g * x
                     if squares == 1:
                         Sxx[p, r, j] += g * x * x
