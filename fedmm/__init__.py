@@ -3,9 +3,11 @@
 from .data import EmptyComponentWarning, SingularComponentWarning
 from .engine import DivergenceError
 from .estimators import ClientMixture, FederatedGaussianMixture, FederatedMixtureRegression
+from .selection import select_n_components
 from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "ClientMixture", "DivergenceError",
-           "EmptyComponentWarning", "SingularComponentWarning", "get_num_threads", "set_num_threads", "__version__"]
+           "EmptyComponentWarning", "SingularComponentWarning", "get_num_threads", "select_n_components",
+           "set_num_threads", "__version__"]

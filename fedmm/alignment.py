@@ -24,7 +24,7 @@ from functools import cached_property
 from math import factorial
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state

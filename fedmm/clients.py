@@ -9,12 +9,44 @@ data at a time (or, batched, several clients' side by side, each computed on alo
 import numpy as np
 
 from .algorithms._base import em_update
+from .families import MixtureParams
+from .families._base import one_hot
 from .protocol import put, stack, take
 from .tuning import client_fold
+from .units import pooled_moments
 
-__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts"]
+__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts", "user_start"]
 
 MODES = ("batched", "per-client")
+
+
+def user_start(family, data, weights, theta):
+    """A start from given weights (K, R) or (R,) and parameters (K, R, p) or (R, p).
+
+    Variances are those that maximize Q-hat at ``theta`` when every sample
+    goes to its most probable component under unit variances (fixed ones stay
+    fixed). Hard assignment, because the data are in standard units
+    (:mod:`fedmm.units`), where a unit variance can be much wider than a
+    component, and soft responsibilities would then mix the components and
+    inflate every variance.
+    """
+    K = data.n_clients
+    theta = np.asarray(theta, dtype=float)
+    R, p = theta.shape[-2:]
+    if theta.ndim == 2:
+        theta = np.broadcast_to(theta, (K, R, p)).copy()
+    weights = np.full((K, R), 1.0 / R) if weights is None else np.asarray(weights, dtype=float)
+    if weights.ndim == 1:
+        weights = np.broadcast_to(weights, (K, R)).copy()
+    if theta.shape != (K, R, p) or weights.shape != (K, R):
+        raise ValueError(f"Initial parameters must have shape (R, p) or (K, R, p) = ({K}, {R}, {p}) and "
+                         f"weights (R,) or (K, R); got {theta.shape} and {weights.shape}.")
+    if not (np.all(np.isfinite(theta)) and np.all(weights > 0) and np.allclose(weights.sum(axis=1), 1.0)):
+        raise ValueError("Initial weights must be positive and sum to 1 on every client, "
+                         "and initial parameters finite.")
+    unit = MixtureParams(weights, theta, np.ones((K, R, 1)))
+    nearest = one_hot(family.log_resp(data, unit)[1].argmax(axis=1), R)
+    return unit._replace(scale=family.update_scale(family.stats_from_resp(data, nearest), theta))
 
 
 def client_family_starts(family, data, n_components, seeds):
@@ -102,7 +134,6 @@ class LocalClients:
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
-        from .units import pooled_moments
         return pooled_moments(self.data)
 
     def set_units(self, units):
@@ -116,8 +147,7 @@ class LocalClients:
         return client_family_starts(self.family, data, n_components, seeds)
 
     def user_start(self, weights, theta):
-        """The start from given parameters, its variances fitted by each client (:func:`fedmm.initialization.user_start`)."""
-        from .initialization import user_start
+        """The start from given parameters, its variances fitted by each client (:func:`user_start`)."""
         return user_start(self.family, self.data, weights, theta)
 
     def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):

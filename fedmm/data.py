@@ -8,7 +8,6 @@ rows ``offsets[k]:offsets[k + 1]``), which is what the batched kernels want.
 
 import warnings
 from dataclasses import dataclass
-from numbers import Real
 
 import numpy as np
 
@@ -358,7 +357,8 @@ def _check_dimensions(Xs, client_ids, n_features, model):
     """Every client has ``n_features`` features (or, when fitting, the number most clients have)."""
     d = np.array([Xk.shape[1] for Xk in Xs])
     if n_features is not None and len(Xs) == 1 and d[0] != n_features:  # scikit-learn's words
-        raise ValueError(f"X has {d[0]} features, but {model} is expecting {n_features} features as input.")
+        raise ValueError(f"{_name(0, client_ids[0])}: X has {d[0]} features, but {model} is expecting {n_features} "
+                         "features as input.")
     expected = n_features if n_features is not None else np.bincount(d).argmax()
     wrong = np.flatnonzero(d != expected)
     if wrong.size:
@@ -401,6 +401,7 @@ def _check_client_X(Xk, name, rows):
         bad = np.flatnonzero(~np.all(np.isfinite(Xk), axis=1))
         raise ValueError(f"{name}: X contains NaN or infinity in {bad.size} row(s) (first: {_where(bad, rows)}); "
                          "remove or impute them.")
+    _check_magnitude(Xk, name, "X", rows)
     return Xk
 
 
@@ -415,4 +416,27 @@ def _check_client_y(yk, n_k, name, rows):
         bad = np.flatnonzero(~np.isfinite(yk))
         raise ValueError(f"{name}: y contains NaN or infinity at {bad.size} position(s) (first: {_where(bad, rows)}); "
                          "remove or impute them.")
+    _check_magnitude(yk, name, "y", rows)
     return yk
+
+
+#: Magnitudes beyond which sums of squares overflow float64 (or, below the reciprocal, underflow).
+MAX_MAGNITUDE = 1e150
+
+
+def _check_magnitude(values, name, what, rows):
+    """Every value of ``values`` (a client's X or y) at most ``MAX_MAGNITUDE`` in magnitude, and no feature
+    nonzero but below its reciprocal: the moments that set the units (and a fit's statistics) square them."""
+    size = np.abs(values.reshape(len(values), -1))
+    largest = size.max(axis=0)
+    huge = np.flatnonzero((size > MAX_MAGNITUDE).any(axis=1))
+    tiny = np.flatnonzero((largest > 0) & (largest < 1 / MAX_MAGNITUDE))
+    if huge.size:
+        problem = f"reaches magnitude {size[huge[0]].max():.3g} ({_where(huge, rows)}), whose square overflows"
+    elif tiny.size:
+        feature = f" (feature {tiny[0]})" if what == "X" else ""
+        problem = f"{feature} is at most {largest[tiny[0]]:.3g} in magnitude, whose square underflows"
+    else:
+        return
+    raise ValueError(f"{name}: {what}{'' if problem.startswith(' ') else ' '}{problem} float64; rescale it into "
+                     "1e-150 .. 1e150 (fits are equivariant to units: scale the results back).")

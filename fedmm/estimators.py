@@ -288,6 +288,9 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _check_feature_names(self, names):
         """The columns of DataFrame input must be the fitted ones, in the fitted order (as scikit-learn checks)."""
         fitted = getattr(self, "feature_names_in_", None)
+        if names is None and fitted is not None:
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
+                          "names", UserWarning, stacklevel=4)
         if names is not None and fitted is not None and list(names) != list(fitted):
             raise ValueError(f"The DataFrame's columns {list(names)} are not the fitted ones {list(fitted)} in "
                              "that order; select them with X[model.feature_names_in_].")
@@ -643,6 +646,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     precisions_cholesky_ : ndarray
         scikit-learn's, per client: ``1 / sigma`` for "spherical" and "diag",
         the upper-triangular ``P`` with ``Sigma^{-1} = P P^T`` for "full" and "tied".
+    precisions_ : ndarray
+        The inverses of ``covariances_``, of their shape (scikit-learn's).
 
     Examples
     --------
@@ -690,6 +695,8 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.covariances_ = scale if kind == "diag" else scale.reshape(K, R, d, d) if kind == "full" else \
             scale[:, 0].reshape(K, d, d) if kind == "tied" else scale[..., 0]
         self.precisions_cholesky_ = self._family.precisions_cholesky(scale)
+        P = self.precisions_cholesky_
+        self.precisions_ = P @ np.swapaxes(P, -1, -2) if kind in ("full", "tied") else P ** 2
         self.center_ = self._center[0]
 
     def personalize(self, X):

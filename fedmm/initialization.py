@@ -49,7 +49,6 @@ from .algorithms.local import LocalEM
 from .clients import as_clients, fit_weights
 from .engine import fit_restarts
 from .families import MixtureParams, pool_stats
-from .families._base import one_hot
 from .tuning import TRIM, client_seeds, first_best, kept_clients
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
@@ -59,7 +58,7 @@ CANDIDATES, CANDIDATE_STEPS = 10, 20
 CANDIDATE_ROWS = 20_000
 
 __all__ = ["INITS", "make_starts", "align_params", "pooled_family_start", "client_family_starts", "common_start",
-           "user_start", "local_em_start", "trimmed_pooled_start"]
+           "local_em_start", "trimmed_pooled_start"]
 #: Starts that need the rows of several clients in one place (k-means on pooled rows).
 POOLING_INITS = ("trimmed-pooled", "pooled-and-local")
 
@@ -109,35 +108,6 @@ def common_start(clients, n_components, random_state):
     k = eligible[random_state.randint(eligible.size)]
     start = clients.family_starts(client_seeds(random_state, 1), n_components, which=[k]).broadcast(len(n_k))
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
-
-
-def user_start(family, data, weights, theta):
-    """A start from given weights (K, R) or (R,) and parameters (K, R, p) or (R, p).
-
-    Variances are those that maximize Q-hat at ``theta`` when every sample
-    goes to its most probable component under unit variances (fixed ones stay
-    fixed). Hard assignment, because the data are in standard units
-    (:mod:`fedmm.units`), where a unit variance can be much wider than a
-    component, and soft responsibilities would then mix the components and
-    inflate every variance.
-    """
-    K = data.n_clients
-    theta = np.asarray(theta, dtype=float)
-    R, p = theta.shape[-2:]
-    if theta.ndim == 2:
-        theta = np.broadcast_to(theta, (K, R, p)).copy()
-    weights = np.full((K, R), 1.0 / R) if weights is None else np.asarray(weights, dtype=float)
-    if weights.ndim == 1:
-        weights = np.broadcast_to(weights, (K, R)).copy()
-    if theta.shape != (K, R, p) or weights.shape != (K, R):
-        raise ValueError(f"Initial parameters must have shape (R, p) or (K, R, p) = ({K}, {R}, {p}) and "
-                         f"weights (R,) or (K, R); got {theta.shape} and {weights.shape}.")
-    if not (np.all(np.isfinite(theta)) and np.all(weights > 0) and np.allclose(weights.sum(axis=1), 1.0)):
-        raise ValueError("Initial weights must be positive and sum to 1 on every client, "
-                         "and initial parameters finite.")
-    unit = MixtureParams(weights, theta, np.ones((K, R, 1)))
-    nearest = one_hot(family.log_resp(data, unit)[1].argmax(axis=1), R)
-    return unit._replace(scale=family.update_scale(family.stats_from_resp(data, nearest), theta))
 
 
 def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, random_state, trim=TRIM):

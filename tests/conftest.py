@@ -1,5 +1,6 @@
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -22,3 +23,13 @@ def kernel_copies(parallel):
     with mock.patch("fedmm.threads.MIN_PARALLEL_WORK", 0 if parallel else sys.maxsize), \
             mock.patch("fedmm.threads._idle_cores", lambda: sys.maxsize):
         yield
+
+
+def experimental_fedgrem(**options):
+    """FedGrEM with options of the research record, outside its API (validation/experimental.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+    try:
+        from experimental import ExperimentalFedGrEM
+    finally:
+        sys.path.pop(0)
+    return ExperimentalFedGrEM(**options)

@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedmm import (DivergenceError, EmptyComponentWarning, FederatedGaussianMixture, FederatedMixtureRegression,
                    SingularComponentWarning)
-from fedmm.methods import METHODS
+from fedmm.methods import METHODS, FedGrEM
 from fedmm.data import FederatedData, check_empty_components
 from fedmm.engine import run
 from fedmm.families import GaussianFamily, MixtureParams
@@ -30,13 +30,14 @@ def gm(request):
 
 @pytest.mark.parametrize("call", ["predict", "predict_proba", "score", "score_samples"])
 def test_points_beyond_float_range_are_refused_not_nan(gm, call):
-    with pytest.raises(ValueError, match="so far from every component"):
+    with pytest.raises(ValueError, match="whose square overflows float64; rescale it"):
         getattr(gm, call)(X[0] * 1e200, client=0)
+    assert np.isfinite(getattr(gm, call)(X[0] * 1e140, client=0)).all()  # far, yet in range: an answer
 
 
 def test_mixture_regression_refuses_points_beyond_float_range_too():
     mr = FederatedMixtureRegression(2, max_iter=10, random_state=0).fit(XM, YM)
-    with pytest.raises(ValueError, match="so far from every component"):
+    with pytest.raises(ValueError, match="whose square overflows float64; rescale it"):
         mr.predict_proba(XM[0], YM[0] * 1e200, client=0)
 
 
@@ -112,7 +113,7 @@ def test_errors_name_the_callers_client_id():
 
 def test_prediction_errors_name_the_fitted_client_id():
     gm = FederatedGaussianMixture(2, max_iter=5, random_state=0).fit(X_ALL, groups=GROUPS + 10)
-    with pytest.raises(ValueError, match="client 11 has 3"):
+    with pytest.raises(ValueError, match="client 11: X has 3 features, but FederatedGaussianMixture is expecting 10"):
         gm.predict(X[1][:, :3], client=11)
 
 
@@ -257,3 +258,44 @@ def test_check_empty_components_sums_over_clients():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not check_empty_components(N[:, [0, 2]]).any()
+
+
+# --- what a fuzz of bad inputs found (issue 42): each a clear error ------------------------------------
+
+@pytest.mark.parametrize("scale", [1e160, 1e300, 1e-160, 1e-300])
+def test_values_whose_squares_overflow_or_underflow_are_refused_with_advice(scale):
+    """Units and statistics square the data: beyond 1e150 (or below 1e-150) float64 gives inf or 0, which
+    used to become an OverflowError, a DivergenceError blaming repeated points, or one component."""
+    with pytest.raises(ValueError, match=r"client 0: X .*(reaches|at most) .* rescale it"):
+        FederatedGaussianMixture(2).fit([x * scale for x in X])
+    with pytest.raises(ValueError, match=r"client 0: y .*(reaches|at most) .* rescale it"):
+        FederatedMixtureRegression(2).fit(XM, [y * scale for y in YM])
+    if scale > 1:  # one huge value is enough; one tiny one is a small number like any other
+        gm = FederatedGaussianMixture(2, max_iter=5, random_state=0).fit(X)
+        big = X[0].copy()
+        big[0, 0] = scale
+        with pytest.raises(ValueError, match="rescale it"):
+            gm.personalize(big)
+        with pytest.raises(ValueError, match="rescale it"):
+            gm.predict(big, client=0)
+
+
+@pytest.mark.parametrize("value", [np.nan, -5.0, "high"])
+def test_a_penalty_function_must_return_a_number_at_least_zero(value):
+    with pytest.raises(ValueError, match=f"penalty function returned {value!r} for round t=1"):
+        FederatedMixtureRegression(2, method=FedGrEM(penalty=lambda t: value), max_iter=5).fit(XM, YM)
+
+
+def test_an_unnamed_array_for_a_model_fitted_on_named_columns_warns_as_in_scikit_learn():
+    pd = pytest.importorskip("pandas")
+    gm = FederatedGaussianMixture(2, max_iter=5, random_state=0).fit(
+        [pd.DataFrame(x, columns=[f"f{j}" for j in range(10)]) for x in X])
+    with pytest.warns(UserWarning, match="X does not have valid feature names"):
+        gm.predict(X[0], client=0)
+
+
+def test_an_empty_list_and_zero_features_are_clear_errors():
+    with pytest.raises(ValueError, match="empty list"):
+        FederatedGaussianMixture(2).fit([])
+    with pytest.raises(ValueError, match=r"0 feature\(s\)"):
+        FederatedGaussianMixture(2).fit([np.zeros((5, 0))])

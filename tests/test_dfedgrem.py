@@ -42,9 +42,10 @@ def test_on_the_complete_graph_it_is_fedgrem(problem, penalty, options, h):
     the same only while the weights are uniform (a restart refits them: with linear shrinkage at h = 1 the
     two defaults end 0.25 apart)."""
     data, family, start = problem(h)
-    options = {"penalty": penalty, "pooling_sizes": "client", **options}
-    d = run(METHODS["d-fedgrem"](graph="complete", **options), family, data, start, 2000, 1e-8)
-    f = run(METHODS["fedgrem"](**options), family, data, start, 2000, 1e-8)
+    d, f = METHODS["d-fedgrem"](graph="complete", penalty=penalty), METHODS["fedgrem"](penalty=penalty)
+    for strategy in (d, f):  # the experiments of validation/experimental.py, set where FedGrEM's code reads them
+        vars(strategy).update(pooling_sizes="client", **options)
+    d, f = (run(strategy, family, data, start, 2000, 1e-8) for strategy in (d, f))
     assert d.n_iter == f.n_iter
     for a, b in zip(d.params, f.params):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)

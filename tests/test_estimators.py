@@ -289,7 +289,7 @@ def test_evaluation_input_errors():
         gm.predict(X[0])
     with pytest.raises(ValueError, match="fitted on 2 clients"):
         gm.predict(X[:1])
-    with pytest.raises(ValueError, match=r"same number of features, 2 \(the fitted model.s\): client 0 has 3"):
+    with pytest.raises(ValueError, match=r"client 0: X has 3 features, but FederatedGaussianMixture is expecting 2"):
         gm.predict(np.ones((4, 3)), client=0)
 
 
@@ -330,3 +330,12 @@ def test_fedem_counts_shared_components_once_and_proportions_per_client():
     loglik = np.concatenate(gm.score_samples(X)).sum()
     expected = 3 * 2 + 3 * 2  # proportions (R - 1) per client, means R d once
     assert gm.bic(X) == pytest.approx(-2 * loglik + expected * np.log(300))
+
+
+def test_precisions_are_the_inverse_covariances_as_in_scikit_learn():
+    X, _ = make_federated_gmm(3, 100, centers=WELL_SEPARATED, random_state=0)
+    for kind in ("spherical", "diag", "tied", "full"):
+        gm = FederatedGaussianMixture(3, covariance_type=kind, max_iter=30, random_state=0).fit(X)
+        product = gm.covariances_ @ gm.precisions_ if kind in ("tied", "full") else gm.covariances_ * gm.precisions_
+        identity = np.eye(2) if kind in ("tied", "full") else 1.0
+        np.testing.assert_allclose(product, np.broadcast_to(identity, product.shape), atol=1e-10)

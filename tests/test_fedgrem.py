@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from conftest import experimental_fedgrem
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.methods import METHODS, FedGrEM
@@ -27,7 +28,7 @@ def test_infinite_penalty_is_gradient_fedem(options):
     X, truth = make_federated_gmm(4, [80, 120, 100, 60], centers=CENTERS, h=0.5, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily()
     start = _start(truth, np.random.RandomState(0))
-    strategy = METHODS["fedgrem"](penalty=np.inf, center_restarts=0, **options)
+    strategy = experimental_fedgrem(penalty=np.inf, center_restarts=0, **options)
     fed = run_rounds(strategy, family, data, start, 25, 0.0)
 
     n_k = data.n_samples.astype(float)
@@ -72,7 +73,7 @@ def test_centre_margins_pool_a_drifted_component_back_onto_its_own_centre():
     solve = dict(weights=None, metric=None, tol=1e-12, max_iter=1000)
     paper = central_update(theta, n_k, lam, **solve)
     assert not paper.pooled[0, 0] and paper.pooled[1:].all()
-    guarded, margin = METHODS["fedgrem"](centre_margins=True)._with_margins(paper, theta, n_k, None, lam, solve)
+    guarded, margin = experimental_fedgrem(centre_margins=True)._with_margins(paper, theta, n_k, None, lam, solve)
     assert margin[0, 0] == MARGIN_FLOOR and np.all(margin[1:] > 0.9)
     assert guarded.pooled.all()
     np.testing.assert_allclose(guarded.nu[0, 0], guarded.center[0])
@@ -92,7 +93,7 @@ def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflat
     theta = truth.theta.copy()
     theta[0, 0] = CENTERS[1] + 0.3
     start = MixtureParams(truth.weights, theta, np.ones((4, 3, 2)))
-    strategy = METHODS["fedgrem"](centre_margins=True)
+    strategy = experimental_fedgrem(centre_margins=True)
     messages, _ = strategy.client_step(family, data, strategy.client_start(start, data.n_samples.astype(float)),
                                        strategy.server_start(family, start, data.n_samples.astype(float))[0])
     if not weighted:  # every block's size in the pooled variance, as before margins
@@ -231,13 +232,13 @@ def test_component_pooling_sizes_use_each_components_effective_size_at_the_start
     components."""
     X, truth = make_federated_gmm(4, 200, centers=CENTERS, concentration=3.0, random_state=7)
     gm = FederatedGaussianMixture(3, covariance_type="identity",
-                                  method=FedGrEM(pooling_sizes="component", center_restarts=0),
+                                  method=experimental_fedgrem(pooling_sizes="component", center_restarts=0),
                                   weights_init=truth.weights, means_init=truth.theta, random_state=0).fit(X)
     lam = gm.history_["penalty"][-1]
     np.testing.assert_allclose(gm.pooling_threshold_, lam / np.sqrt(200 * truth.weights * 3), rtol=1e-12)
     assert np.abs(gm.weights_ - truth.weights).max() > 1e-3  # the weights moved; the sizes did not
     with pytest.raises(ValueError, match="pooling_sizes"):
-        FederatedGaussianMixture(3, covariance_type="identity", method=FedGrEM(pooling_sizes="sample")).fit(X)
+        FederatedGaussianMixture(3, covariance_type="identity", method=FedGrEM(pooling_sizes="component")).fit(X)
 
 
 def test_component_pooling_sizes_do_not_collapse_a_component():
@@ -245,7 +246,8 @@ def test_component_pooling_sizes_do_not_collapse_a_component():
     grew and pooled it harder: on the paper's MoR design at h = 2 (seed 2) client 0's fourth component
     died and every honest client's error was 8.2-9.8 (local EM's level). At the start's weights: about 3."""
     X, y, truth = make_federated_mor(random_state=2, h=2.0, outlier_clients=[9])
-    est = FederatedMixtureRegression(5, method=FedGrEM(penalty="sure", pooling_sizes="component"), random_state=2).fit(X, y)
+    est = FederatedMixtureRegression(5, method=experimental_fedgrem(penalty="sure", pooling_sizes="component"),
+                                     random_state=2).fit(X, y)
     _, err = estimation_errors(est.weights_, est.coef_, truth.weights, truth.theta)
     assert err[~truth.outliers].max() < 5.0
     assert est.weights_[~truth.outliers].min() > 0.01  # the outlier client, one line, fills one component

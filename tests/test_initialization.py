@@ -8,7 +8,7 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.methods import METHODS
 from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
-from fedmm.families import GaussianFamily, RegressionFamily, pool_stats
+from fedmm.families import GaussianFamily, pool_stats
 from fedmm.initialization import _candidate_rows, make_starts, trimmed_pooled_start
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor

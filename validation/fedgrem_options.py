@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))  # the data and protocols are realdata.py's and pooling_choice.py's
 import realdata as rd  # noqa: E402
+from experimental import ExperimentalFedGrEM  # noqa: E402
 from fedmm import FederatedGaussianMixture  # noqa: E402
 from fedmm.methods import gather_options  # noqa: E402
 from pooling_choice import design_case  # noqa: E402
@@ -45,9 +46,14 @@ def parse_option(text):
         return {name: value}
 
 
+def _both(option):
+    """The defaults and ``option``, on FedGrEM with the experiments (validation/experimental.py)."""
+    return [{"method": ExperimentalFedGrEM(), **options} for options in ({}, option)]
+
+
 def design_errors(option, model, h, seed):
     parts, make, error = design_case(model, h)(seed)
-    return [error(make(options).fit(*parts)) for options in ({}, option)]
+    return [error(make(options).fit(*parts)) for options in _both(option)]
 
 
 def split_errors(option, X, labels, n_clients, alpha, eps, seed):
@@ -56,7 +62,7 @@ def split_errors(option, X, labels, n_clients, alpha, eps, seed):
     owner = rd.random_owners(labels, n_clients, alpha, np.random.RandomState(seed))
     X_train, X_test, test, honest = rd.federated_split(X, owner, R, eps, seed)
     return [rd.score(labels, test, FederatedGaussianMixture(R, n_init=3, random_state=seed, **gather_options(options))
-                     .fit(X_train).predict(X_test), honest) for options in ({}, option)]
+                     .fit(X_train).predict(X_test), honest) for options in _both(option)]
 
 
 def cases(option, quick, reps):

@@ -68,10 +68,10 @@ class DFedGrEM(FedGrEM):
     graph : {"complete", "ring", "torus", "erdos-renyi"}, array-like of shape (K, K), or callable
         The communication graph, as for D-FedEM (:func:`fedmm.algorithms.dfedem.mixing_schedule`); only its
         support matters.
-    C_eta, eta_rule, penalty, penalty_params, center_restarts, pool_variances, centre_margins, shrinkage
+    C_eta, eta_rule, penalty, penalty_params, center_restarts, pool_variances
         As for :class:`~fedmm.algorithms.fedgrem.FedGrEM`, per neighbourhood. A client's restart from the
         consensus starts from its own neighbourhood's.
-    pooling_sizes : {"client", "information", "component"}, default="client"
+    pooling_sizes : {"client", "information"}, default="client"
         As for FedGrEM; the paper's ``n_k`` by default: information weights were measured to cost
         d-FedGrEM on the penguins (ARI 0.97 to 0.71, ``docs/fedgrem.md``, "Information weights in the
         centre"), where a neighbourhood's few clients decide its centre.
@@ -91,9 +91,10 @@ class DFedGrEM(FedGrEM):
 
     def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored",
                  penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
-                 centre_margins=False, shrinkage="soft", central_tol=1e-10, central_max_iter=1000, random_state=None):
-        super().__init__(C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances,
-                         centre_margins, shrinkage, central_tol, central_max_iter)
+                 central_tol=1e-10, central_max_iter=1000, random_state=None):
+        super().__init__(C_eta=C_eta, eta_rule=eta_rule, penalty=penalty, penalty_params=penalty_params,
+                         center_restarts=center_restarts, pooling_sizes=pooling_sizes, pool_variances=pool_variances,
+                         central_tol=central_tol, central_max_iter=central_max_iter)
         self.graph = graph
         self.random_state = random_state
 

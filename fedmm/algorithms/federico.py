@@ -51,7 +51,7 @@ from sklearn.utils import check_random_state
 
 from .. import _params as P
 from ..families import MixtureParams
-from ..protocol import Broadcast, n_floats
+from ..protocol import n_floats
 from ._base import Strategy, em_update
 
 LOSSES = ("mean", "sum")

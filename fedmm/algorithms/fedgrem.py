@@ -34,6 +34,14 @@ POOLING_SIZES = ("client", "component", "information")
 SHRINKAGES = ("soft", "linear")
 
 
+def _checked_penalty(lam, t):
+    """A user's ``penalty(t)``: a number >= 0 (``inf`` pools everything), else a ``ValueError``."""
+    if not isinstance(lam, Real) or isinstance(lam, bool) or not lam >= 0:
+        raise ValueError(f"The penalty function returned {lam!r} for round t={t}; it must return a number >= 0 "
+                         "(inf pools every client).")
+    return float(lam)
+
+
 def penalty_schedule(penalty, penalty_params, p, K, n):
     """``t -> lambda_t`` for ``t = 1, 2, ...``.
 
@@ -52,7 +60,7 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
     """
     params = dict(penalty_params or {})
     if callable(penalty):
-        return penalty
+        return lambda t: _checked_penalty(penalty(t), t)
     if isinstance(penalty, Real) and not isinstance(penalty, bool):
         if penalty < 0:
             raise ValueError(f"A constant penalty must be >= 0, got {penalty}.")
@@ -260,11 +268,10 @@ class FedGrEM(GradientStrategy):
     penalty_params : dict, optional
         Constants of the "paper" (``lambda0``, ``kappa``, ``C``) or "theory" (``kappa0``, ``r_w``,
         ``r_theta``, ``W``, ``E1``, ``eta_bar``) schedules.
-    pooling_sizes : {{"information", "client", "component"}}, default="information"
+    pooling_sizes : {{"information", "client"}}, default="information"
         Sizes weighting the central problem: ``"information"``, each client's estimate weighs in the
         centre by ``n_k w_kr^{{[0]}} R`` while the thresholds stay the paper's, so clients that all pool
-        meet at pooled EM's fixed point (:meth:`_blocks`); ``"client"``, ``n_k`` (the paper's);
-        ``"component"``, each component's effective size at the pass's start, ``n_k w_kr^{{[0]}} R``.
+        meet at pooled EM's fixed point (:meth:`_blocks`); ``"client"``, ``n_k`` (the paper's).
     center_restarts : int, default=1
         fedmm's fix for poor local starts: after the rounds end, clients with
         a component that was not pooled restart from the consensus (their
@@ -288,18 +295,6 @@ class FedGrEM(GradientStrategy):
         client's covariance is pooled when it is near the consensus whether or
         not its mean is; tied covariances and shared noise variances, one per
         client, are pooled as one group per client.
-    centre_margins : bool
-        True (experimental; ``docs/fedgrem.md``, "Centre margins"): every block enters
-        the central problem scaled by its margin, how clearly it is nearer its own component's centre
-        than any other's (:meth:`_with_margins`): a client's component that has drifted to another's
-        centre is pooled back onto its own and counts for nothing in it. False (the default) gives the
-        paper's problem.
-    shrinkage : {"soft", "linear"}
-        How the clients' components move towards the centre: "soft" (the default), the paper's group
-        soft threshold (Algorithm 1, eq. (6)); "linear" (fedmm's; ``docs/fedgrem.md``, "Linear
-        shrinkage"), each by the empirical Bayes factor of its own noise and the clients' spread
-        around the centre, estimated every round (:func:`fedmm.central.linear_shrinkage`); the
-        centre and the treatment of outlying clients stay the paper's.
     central_tol, central_max_iter : float, int, default=1e-10, 1000
         Tolerance and cap of the central problem's alternating minimization.
     {CLIENT_SERVER_DOC}
@@ -311,10 +306,8 @@ class FedGrEM(GradientStrategy):
         "penalty": P.any_of(P.one_of(*PENALTIES, "auto"), P.real(0.0), P.function),
         "penalty_params": P.any_of(P.instance(dict, text="a dict"), P.none),
         "center_restarts": P.integer(0),
-        "pooling_sizes": P.one_of(*POOLING_SIZES),
+        "pooling_sizes": P.one_of("information", "client"),
         "pool_variances": P.any_of(P.boolean, P.one_of("robust")),
-        "centre_margins": P.boolean,
-        "shrinkage": P.one_of(*SHRINKAGES),
         "central_tol": P.real(0.0, np.inf, low_open=True, high_open=True),
         "central_max_iter": P.integer(1),
         **CLIENT_SERVER_CONSTRAINTS}
@@ -331,19 +324,23 @@ class FedGrEM(GradientStrategy):
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
 
+    # Experiments of the research record, off in FedGrEM (validation/experimental.py turns them on;
+    # docs/fedgrem.md, "Centre margins" and "Linear shrinkage"): every block scaled by its margin in the
+    # central problem (_with_margins), and empirical Bayes shrinkage in place of the soft threshold.
+    centre_margins = False
+    shrinkage = "soft"
+
     # pooling_sizes="information": clients that all pool meet at pooled EM's fixed point (docs/fedgrem.md,
     # "Information weights in the centre").
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored", penalty_params=None,
-                 center_restarts=1, pooling_sizes="information", pool_variances=True, centre_margins=False,
-                 shrinkage="soft", central_tol=1e-10, central_max_iter=1000, participation=1.0, dropout=0.0):
+                 center_restarts=1, pooling_sizes="information", pool_variances=True, central_tol=1e-10,
+                 central_max_iter=1000, participation=1.0, dropout=0.0):
         super().__init__(C_eta, eta_rule)
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.center_restarts = center_restarts
         self.pooling_sizes = pooling_sizes
         self.pool_variances = pool_variances
-        self.centre_margins = centre_margins
-        self.shrinkage = shrinkage
         self.central_tol = central_tol
         self.central_max_iter = central_max_iter
         self.participation = participation

@@ -39,16 +39,15 @@ import json
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ConfigRecord, Message
 from flwr.clientapp import ClientApp
 
 from .. import estimators
-from ..clients import client_family_starts, data_scale, fit_weights
+from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
-from ..initialization import user_start
-from ..methods import METHODS
 from ..kernels import resolve_backend
+from ..methods import METHODS
 from ..protocol import Broadcast, ClientState
 from ..tuning import client_fold
 from ..units import Units, client_sums
