@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedmm.methods import FedGrEM
 from fedmm.studies import run_study, summarize
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -48,9 +49,9 @@ def main(argv=None):
     results = {}
     for rule in ("initial", "safeguarded"):
         for c in c_etas:
-            rows = run_study("gmm", ("fedgrem",), [{"h": h, "outlier_clients": (9,)} for h in hs], reps, 0,
-                             {"n_init": 10, "max_iter": 1000, "tol": 1e-6, "C_eta": c, "eta_rule": rule},
-                             n_jobs=args.jobs)
+            fedgrem = FedGrEM(penalty="paper", pooling_sizes="client", C_eta=c, eta_rule=rule)  # the studies' own
+            rows = run_study("gmm", {"fedgrem": fedgrem}, [{"h": h, "outlier_clients": (9,)} for h in hs], reps, 0,
+                             {"n_init": 10, "max_iter": 1000, "tol": 1e-6}, n_jobs=args.jobs)
             for metric in ("theta_error", "weight_error_separate", "weight_error"):
                 for (h, _), value in summarize(rows, metric).items():
                     results[(rule, c, metric, h)] = value
