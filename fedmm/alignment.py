@@ -31,7 +31,7 @@ from sklearn.utils import check_random_state
 
 from ._assumptions import AssumptionCheck, Condition
 from .threads import parallel_kernel
-from .tuning import client_median
+from .robust import client_median
 
 __all__ = ["ALIGNMENT_METHODS", "Alignment", "align", "score", "check_assumptions", "bottleneck"]
 

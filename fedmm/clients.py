@@ -12,7 +12,7 @@ from .algorithms._base import em_update
 from .families import MixtureParams
 from .families._base import one_hot
 from .protocol import put, stack, take
-from .tuning import client_fold
+from .robust import client_fold
 from .units import pooled_moments
 
 __all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts", "user_start"]
@@ -155,11 +155,11 @@ class LocalClients:
         return fit_weights(self.family, self.data, params, which, max_iter, tol)
 
     def deal_folds(self, n_folds, seeds):
-        """Every client deals its rows into ``n_folds`` folds from its own seed (:func:`fedmm.tuning.client_fold`)."""
+        """Every client deals its rows into ``n_folds`` folds from its own seed (:func:`fedmm.robust.client_fold`)."""
         self.folds = np.concatenate([client_fold(n, n_folds, seed) for n, seed in zip(self.n_samples, seeds)])
 
     def training(self, fold):
-        """The clients' rows outside ``fold``, as clients of their own (:func:`fedmm.tuning.select_penalty`)."""
+        """The clients' rows outside ``fold``, as clients of their own (:func:`fedmm.algorithms.tuning.select_penalty`)."""
         return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode)
 
     def held_out_loglik(self, fold, params):

@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 
 from .clients import LocalClients, as_clients, fit_weights
 from .protocol import put, take
-from .tuning import first_best
+from .robust import first_best
 
 __all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalClients", "run_rounds", "run",
            "fit_restarts", "fit_weights"]

@@ -27,7 +27,7 @@ from .families.regression import NOISE_MODES
 from .initialization import INITS, align_params, make_starts
 from .kernels import BACKENDS, resolve_backend
 from .methods import METHODS, GradientStrategy, Method, make_method
-from .tuning import client_median
+from .robust import client_median
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
 _SHARED_CONSTRAINTS = {
@@ -55,6 +55,8 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
     _family_class = None
+    #: The constructor arguments that define the family (:meth:`family_params`).
+    _family_params = ()
     @abstractmethod
     def _make_family(self, backend):
         """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
@@ -93,10 +95,35 @@ class _FederatedMixture(BaseEstimator, ABC):
         P.validate(self.get_params(deep=False), self._parameter_constraints)
         return make_method(self.method)
 
+    @property
+    def needs_y(self):
+        """Whether the model is of responses ``y`` given ``X`` (a mixture of regressions)."""
+        return self._family_class.needs_y
+
+    def family_params(self):
+        """The options of the model's component family: what every party of a fit needs to compute its part
+        (:mod:`fedmm.flower` sends them to the clients)."""
+        return {name: getattr(self, name) for name in self._family_params + ("backend",)}
+
+    def make_family(self, n_samples):
+        """The component family of these options, computing with the kernels ``backend`` chooses for
+        ``n_samples`` rows."""
+        return self._make_family(resolve_backend(self.backend, n_samples))
+
+    def fit_clients(self, clients, client_ids, n_features):
+        """Fit through a transport of clients instead of data in this process: what :mod:`fedmm.flower`'s
+        server calls. ``clients`` has the methods of :class:`fedmm.clients.LocalClients` (the clients' sizes,
+        their sums for the units, their starts, their rounds), and ``clients.family`` is
+        :meth:`make_family`'s; ``client_ids`` name the clients and ``n_features`` is their feature count."""
+        strategy = self._check_params()
+        if hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        return self._fit_clients(strategy, clients.family, clients, client_ids, n_features)
+
     def _fit(self, X, y, groups):
         strategy = self._check_params()
-        data = FederatedData.from_input(X, y, groups, require_y=self._family_class.needs_y)
-        family = self._make_family(resolve_backend(self.backend, data.X.shape[0]))
+        data = FederatedData.from_input(X, y, groups, require_y=self.needs_y)
+        family = self.make_family(data.X.shape[0])
         if data.feature_names is not None:
             self.feature_names_in_ = data.feature_names
         elif hasattr(self, "feature_names_in_"):
@@ -345,64 +372,22 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _n_parameters(self, index):
         """Free parameters of the fitted clients in ``index`` (None: one new client, ``personalize``).
 
-        Mixing proportions count ``R - 1`` per client (once in all for the
-        pooled methods). Component ``r``'s parameters (and its variances)
-        count once per distinct value among the clients: once in all for the
-        methods that share components (pooled, FedEM), once per client for the
-        others, and for FedGrEM once for the consensus, if any client's
-        component ``r`` sits on it (``pooled_``), plus, for each client whose
-        component ``r`` does not, the degrees of freedom its shrinkage leaves
-        (:meth:`_kept_share`); its variances likewise where they follow the
-        means (``pool_variances=True``), else once per distinct value
-        (``pooled_variances_``).
-        Variances shared by a client's components (a tied covariance, a shared
-        noise variance) count once per client, or once in all where components
-        are shared (or, for FedGrEM, where they were pooled). d-FedGrEM, with a
-        consensus per neighbourhood, counts every client's own (an upper
-        bound, as for local EM). A new client adds its proportions only.
+        Mixing proportions count ``R - 1`` per client (once in all for the pooled methods). Component
+        ``r``'s parameters and its variances count once per distinct value among the clients, as the
+        method says (:meth:`fedmm.methods.Method.distinct_components`: once in all where components are
+        shared, once per client otherwise, FedGrEM's by what its central update pooled). Variances shared
+        by a client's components (a tied covariance, a shared noise variance) count as component 0's.
+        A new client adds its proportions only.
         """
         strategy, R, d = self.method_, self.n_components, self.n_features_in_
         if index is None:
             return R - 1
-        K = len(index)
         p = self._family.param_dim(d)
         client_scale = self._family.n_client_scale_parameters(R, d)
         component_scale = (self._family.n_parameters(R, d) - (R - 1) - client_scale) / R - p
-
-        def distinct(pooled):
-            """Distinct values per component: the clients off the consensus, and the consensus if used."""
-            if pooled is None:
-                return np.full(R, 1 if strategy.shares_components else K)
-            return (~pooled).sum(axis=0) + pooled.any(axis=0)                     # (R,)
-
-        if not strategy.pools_onto_consensus:
-            means = scales = distinct(None)
-        else:
-            pooled, kept = self._kept_share(index)
-            means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
-            shared = strategy.pool_variances
-            follow = shared != "robust" and bool(shared) and self._family.scale_per_component
-            scales = (pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0) if follow
-                      else distinct(self.pooled_variances_[index]))
-        return ((1 if strategy.shared else K) * (R - 1) + p * means.sum() + component_scale * scales.sum()
-                + client_scale * scales[0])
-
-    def _kept_share(self, index):
-        """FedGrEM's ``(pooled, kept)`` (K, R): whether each client's component sits on the consensus, and
-        the share of its distance to it that the central update leaves it, ``1 - threshold / distance``.
-
-        They count its parameters: the consensus once if any client sits on it; each client off it,
-        its mean by the group lasso's degrees of freedom (Yuan & Lin 2006, Sec. 4:
-        ``1 + (p - 1) ||beta_g|| / ||beta_g^LS||``, ``||beta_g|| / ||beta_g^LS||`` being ``kept``): a client
-        kept far off counts almost ``p``, one shrunk most of the way little more than 1; its variances,
-        which follow the mean's share (``pool_variances=True``, :func:`fedmm.algorithms.fedgrem.pool_variances`:
-        ``kept`` of its own estimate, the rest the pooled one), by ``kept`` of their number, the trace of
-        that linear shrinkage. (Counted in full, as once, they charged a client component shrunk three
-        quarters of the way to the consensus ten variances against its mean's 3.2 parameters.)
-        """
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kept = np.clip(1.0 - self.pooling_threshold_[index] / self.distance_to_center_[index], 0.0, 1.0)
-        return self.pooled_[index], kept
+        means, scales = strategy.distinct_components(self, index, p, self._family.scale_per_component)
+        return ((1 if strategy.shared else len(index)) * (R - 1) + p * means.sum()
+                + component_scale * scales.sum() + client_scale * scales[0])
 
     def _bic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, np.log)
@@ -607,7 +592,7 @@ _SHARED_ATTRS_DOC = """
         ``penalty="auto"`` only: the options ``"chosen"`` (a dict), the
         ``"candidates"``, their trimmed held-out log-likelihoods ``"score"``
         and every client's ``"client_scores"``
-        (:func:`fedmm.tuning.select_penalty`).
+        (:func:`fedmm.algorithms.tuning.select_penalty`).
 """
 
 class FederatedGaussianMixture(_FederatedMixture):
@@ -661,6 +646,7 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     _theta_init = "means_init"
     _family_class = GaussianFamily
+    _family_params = ("covariance_type", "reg_covar")
     _parameter_constraints = {**_SHARED_CONSTRAINTS, "covariance_type": P.one_of(*COVARIANCE_TYPES),
                               "reg_covar": P.real(0.0, np.inf, high_open=True), "weights_init": _ARRAY_OR_NONE,
                               "means_init": _ARRAY_OR_NONE}
@@ -849,6 +835,7 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     _theta_init = "coef_init"
     _family_class = RegressionFamily
+    _family_params = ("fit_intercept", "noise_variance", "precondition")
     _parameter_constraints = {**_SHARED_CONSTRAINTS, "fit_intercept": P.boolean,
                               "noise_variance": P.any_of(P.one_of(*NOISE_MODES),
                                                          P.real(0.0, np.inf, low_open=True, high_open=True)),

@@ -49,7 +49,7 @@ from .algorithms.local import LocalEM
 from .clients import as_clients, fit_weights
 from .engine import fit_restarts
 from .families import MixtureParams, pool_stats
-from .tuning import TRIM, client_seeds, first_best, kept_clients
+from .robust import TRIM, client_seeds, first_best, kept_clients
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.

@@ -16,7 +16,7 @@ Three criteria, each computed without pooling any data:
   once. Each client reports one number, its mean held-out log-likelihood per
   sample, and the server takes the mean over clients without the lowest
   ``trim`` fraction, so that outlier clients do not decide (the trimmed
-  held-out likelihood of :mod:`fedmm.tuning`). Higher is better; the table
+  held-out likelihood of :mod:`fedmm.algorithms.tuning`). Higher is better; the table
   reports its negative, so that lower is better for every criterion. Held-out
   likelihood keeps rising a little past the true number of components (an
   extra component costs little held-out fit), so the choice follows the
@@ -40,7 +40,7 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .data import FederatedData, SingularComponentWarning
-from .tuning import TRIM, client_folds, one_standard_error, trimmed_mean
+from .robust import TRIM, client_folds, one_standard_error, trimmed_mean
 
 __all__ = ["CRITERIA", "Selection", "select_n_components"]
 
@@ -128,7 +128,7 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
         [estimator.covariance_type] if has_covariance else [None]
     if criterion == "cv" and not (isinstance(n_folds, (int, np.integer)) and n_folds >= 2):
         raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}.")
-    needs_y = estimator._family_class.needs_y
+    needs_y = estimator.needs_y
     data = FederatedData.from_input(X, y, groups, require_y=needs_y)
     clients = [data.client_data(k) for k in range(data.n_clients)]
     Xs = [c.X for c in clients]

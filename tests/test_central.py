@@ -4,7 +4,7 @@ import pytest
 from conftest import kernel_copies
 from hypothesis import assume, given, strategies as st
 
-from fedmm.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
+from fedmm.algorithms.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
                            pooling_share)
 from scipy.stats import chi2
 

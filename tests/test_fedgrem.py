@@ -4,7 +4,7 @@ from conftest import experimental_fedgrem
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.methods import METHODS, FedGrEM
-from fedmm.central import central_update
+from fedmm.algorithms.central import central_update
 from fedmm.engine import run_rounds
 from fedmm.algorithms.fedgrem import MARGIN_FLOOR, penalty_schedule, settle_penalty
 from fedmm.data import FederatedData

@@ -13,9 +13,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedmm"
 LAYERS = [
-    {"_params", "_assumptions", "threads", "graphs", "simulate", "tuning"},
+    {"_params", "_assumptions", "threads", "graphs", "simulate", "robust"},
     {"data", "units", "theory"},
-    {"kernels", "kmeans", "alignment", "central", "families"},
+    {"kernels", "kmeans", "alignment", "families"},
     {"protocol", "metrics"},
     {"algorithms", "clients"},
     {"engine"},

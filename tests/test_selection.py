@@ -9,7 +9,7 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, Singular
 from fedmm.methods import FedGrEM
 from fedmm.selection import select_n_components
 from fedmm.simulate import make_federated_gmm, make_federated_mor
-from fedmm.tuning import client_folds
+from fedmm.robust import client_folds
 
 CENTERS = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
 
@@ -177,7 +177,7 @@ def test_fits_with_singular_components_get_no_bic_and_are_not_chosen():
 
 
 def test_cross_validation_scores_only_clients_with_held_out_samples():
-    """A client of one sample is never held out (fedmm.tuning.client_fold): it trains in every fold and
+    """A client of one sample is never held out (fedmm.robust.client_fold): it trains in every fold and
     has no held-out score. A score of 0 for it would lift the trimmed mean of these clients' held-out
     log-likelihoods (about -17 nats per sample at this scale) by about 3."""
     X, _ = make_federated_gmm(4, 60, centers=np.array([[0.0, 0.0], [6.0, 0.0]]), random_state=2)

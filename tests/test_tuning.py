@@ -13,9 +13,10 @@ from fedmm.data import FederatedData
 from fedmm.methods import FedGrEM
 from fedmm.simulate import make_federated_gmm
 from fedmm.clients import LocalClients
-from fedmm.tuning import (PENALTY_CANDIDATES, SURE_GRID, TRIM, alike_clients, client_fold, client_folds, client_median,
-                          client_seeds, first_best, fold_sizes, noise_ratios, select_penalty, sure_grid_risk, sure_penalty,
-                          sure_risk, trimmed_mean)
+from fedmm.algorithms.tuning import (PENALTY_CANDIDATES, SURE_GRID, alike_clients, noise_ratios, select_penalty,
+                                     sure_grid_risk, sure_penalty, sure_risk)
+from fedmm.robust import (TRIM, client_fold, client_folds, client_median, client_seeds, first_best, fold_sizes,
+                          trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 

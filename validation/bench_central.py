@@ -21,7 +21,7 @@ import numpy as np
 
 from fedmm import FederatedGaussianMixture
 from fedmm.algorithms import fedgrem
-from fedmm.central import central_update
+from fedmm.algorithms.central import central_update
 from fedmm.simulate import make_federated_gmm
 
 TARGET = 3.0

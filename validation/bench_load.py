@@ -134,7 +134,7 @@ def crossover(cores, sizes=(1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 200_000
     """Serial and parallel copies of the E-step and of the central update's loop, by work, quiet and
     under load; prints one row per size and returns the rows."""
     from fedmm import threads
-    from fedmm.central import _irls_loop
+    from fedmm.algorithms.central import _irls_loop
     from fedmm.kernels import _numba
     rng = np.random.RandomState(0)
     R, d = 5, 10

@@ -5,7 +5,7 @@
   label-skewed, costs where a client's component truly differs towards another's, and does not always
   settle (``docs/fedgrem.md``, "Centre margins").
 - ``shrinkage="linear"``: empirical Bayes shrinkage of every client's component towards the centre
-  (:func:`fedmm.central.linear_shrinkage`); better on the paper's simulated designs, not on real data
+  (:func:`fedmm.algorithms.central.linear_shrinkage`); better on the paper's simulated designs, not on real data
   (``docs/fedgrem.md``, "Linear shrinkage").
 - ``pooling_sizes="component"``: each component's effective size ``n_k w_kr^[0] R`` in the central
   problem, thresholds included (:meth:`fedmm.algorithms.fedgrem.FedGrEM._sizes`).

@@ -2,8 +2,8 @@
 
 The options measured so far (docs/fedgrem.md): ``centre_margins=True`` (every client's component enters the
 central problem scaled by how clearly it is nearer its own component's centre than the nearest other one,
-:func:`fedmm.central.centre_margin`) and ``shrinkage=linear`` (empirical Bayes shrinkage of every client's
-component towards the centre, :func:`fedmm.central.linear_shrinkage`). Cases: the paper's GMM and MoR
+:func:`fedmm.algorithms.central.centre_margin`) and ``shrinkage=linear`` (empirical Bayes shrinkage of every client's
+component towards the centre, :func:`fedmm.algorithms.central.linear_shrinkage`). Cases: the paper's GMM and MoR
 designs with one outlier client (App. B.1; maximum error over the honest clients, as ``pooling_choice.py``),
 digits with IID and Dirichlet(0.5) clients, clean and with 10% and 20% of the clients contaminated, and
 scikit-learn's wine, breast cancer and iris sets (mis-clustering on the honest clients' test sets, as

@@ -5,12 +5,12 @@ On label-skewed digits (``realdata.py``) FedGrEM's defaults trail pooled EM, whi
 ``penalty=inf`` (every client on the consensus, proportions per client) beats it: SURE
 (``penalty="sure-floored"``) sees genuine per-client differences of the diagonal model's local
 fits and keeps them, though they cost held-out likelihood. ``penalty="auto"``
-(:mod:`fedmm.tuning`) deals every client's samples into 5 folds, fits each candidate on each
+(:mod:`fedmm.algorithms.tuning`) deals every client's samples into 5 folds, fits each candidate on each
 fold's rest (the defaults; the same with the floor of the paper's schedule at ``C = 8``, which
 pools more and still leaves far clients apart; full pooling), and keeps the one that pools least
 among those whose held-out log-likelihood per sample, trimmed over clients
-(``fedmm.tuning.TRIM``), is within one standard error of the best
-(``fedmm.tuning.one_standard_error``). Cases: digits (IID and
+(``fedmm.robust.TRIM``), is within one standard error of the best
+(``fedmm.robust.one_standard_error``). Cases: digits (IID and
 Dirichlet(0.5) clients, 20% of clients contaminated; misclustering on the honest clients' test
 sets, as ``realdata.py``), and the paper's GMM and MoR designs with one outlier client (maximum
 error over honest clients, as ``paper_designs.py``). For each case it also prints the margin of
@@ -34,7 +34,8 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: 
 from fedmm.methods import gather_options  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
 from fedmm.simulate import make_federated_gmm, make_federated_mor  # noqa: E402
-from fedmm.tuning import PENALTY_CANDIDATES, TRIM, paired_differences  # noqa: E402
+from fedmm.algorithms.tuning import PENALTY_CANDIDATES  # noqa: E402
+from fedmm.robust import TRIM, paired_differences  # noqa: E402
 
 SETTINGS = {"defaults": {}, "floor C=8": PENALTY_CANDIDATES[1], "full pooling": PENALTY_CANDIDATES[2],
             "auto": dict(penalty="auto")}

@@ -15,7 +15,7 @@ components of
   hindsight (the threshold of ``pooling_sizes="component"``, ``lambda / sqrt(n_k w_kr R)``, with
   ``c = lambda / sqrt(R)``);
 - linear shrinkage with the true spread, ``f = tau^2 / (tau^2 + 1 / N_kr)``, ``tau^2 = h^2 / p`` (the
-  empirical Bayes factor of ``shrinkage="linear"``, :func:`fedmm.central.linear_shrinkage`, with its
+  empirical Bayes factor of ``shrinkage="linear"``, :func:`fedmm.algorithms.central.linear_shrinkage`, with its
   ``tau^2`` known).
 
 FedGrEM's fits (``validation/fedgrem_options.py``) also pay the E-step's noise and estimate the centre and

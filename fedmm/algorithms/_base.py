@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator
 from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast, ClientMessage, ClientState, n_floats
-from ..tuning import first_best
+from ..robust import first_best
 
 __all__ = ["Strategy", "GradientStrategy", "em_update", "grem_update", "step_sizes", "ETA_RULES"]
 
@@ -98,9 +98,6 @@ class Strategy(BaseEstimator, ABC):
         round may hear only some clients (the estimators' ``participation``).
         False for the local methods and TGMM (nothing is sent after the start)
         and the decentralized methods (messages go between neighbours).
-    pools_onto_consensus : bool
-        Whether clients' components are pooled onto one consensus (FedGrEM):
-        such a component counts once in BIC however many clients sit on it.
     name : str
         The name ``method=`` takes for this strategy (:data:`fedmm.methods.METHODS`).
     """
@@ -116,7 +113,6 @@ class Strategy(BaseEstimator, ABC):
     stop_on = "log_likelihood"
     ascent = True
     client_server = True
-    pools_onto_consensus = False
     name = None
 
     def validate(self):
@@ -191,6 +187,15 @@ class Strategy(BaseEstimator, ABC):
     def fitted_attributes(self, result, client_ids, n_k):
         """Strategy-specific fitted attributes of the estimator (name -> value)."""
         return {}
+
+    def distinct_components(self, model, index, p, scale_per_component):
+        """``(means, scales)``, arrays of ``R``: how many distinct values each component's ``p`` parameters and
+        its variances take among the fitted clients ``index`` of ``model`` (the fitted estimator), which BIC,
+        ICL and AIC count (fractions where a method shrinks towards a shared value): one where clients share
+        their components (:attr:`shares_components`), one per client otherwise."""
+        R = model.n_components
+        n = np.full(R, 1.0 if self.shares_components else float(len(index)))
+        return n, n
 
     def better_run(self, best, candidate, n_k):
         """Whether the run from a later start (:class:`fedmm.engine.FitResult`) replaces the best so far:

@@ -4,7 +4,7 @@ Every round each client runs FedGrEM's client side (FedGrEM Algorithm 1: the
 E-step, ``w_hat = N_r / n_k``, one gradient step to ``theta_tilde_k``) and sends
 its message to its neighbours on a communication graph (:mod:`fedmm.graphs`).
 Then client ``k`` solves FedGrEM's robust central problem (Algorithm 1's
-server step, :func:`fedmm.central.central_update`) over its closed
+server step, :func:`fedmm.algorithms.central.central_update`) over its closed
 neighbourhood ``N_k = {k} + neighbours``, as if those clients were the whole
 federation::
 
@@ -34,6 +34,7 @@ import numpy as np
 from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import DFedEM, mixing_schedule
+from ._base import Strategy
 from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule
 
 
@@ -87,7 +88,8 @@ class DFedGrEM(FedGrEM):
                               "graph": DFedEM._parameter_constraints["graph"],
                               "random_state": DFedEM._parameter_constraints["random_state"]}
     client_server = False
-    pools_onto_consensus = False
+    # A consensus per neighbourhood: every client's components count as its own (an upper bound, as local EM's).
+    distinct_components = Strategy.distinct_components
 
     def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored",
                  penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,

@@ -2,7 +2,7 @@
 
 Each round, on every client: the E-step, ``w_hat_r = N_r / n_k``, and one gradient
 step ``theta_tilde = theta + eta * grad Q-hat``. On the server: the central
-update (:func:`fedmm.central.central_update`) with penalty ``lambda_t``, which
+update (:func:`fedmm.algorithms.central.central_update`) with penalty ``lambda_t``, which
 pools clients near the consensus onto it and lets far ones (heterogeneous or
 outlier clients) keep their own estimate. Clients send parameters, sizes and
 their responsibility-weighted sums, from which the server evaluates each
@@ -20,15 +20,16 @@ from scipy.stats import chi2
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from ..central import CentralResult, central_update, centre_margin, linear_shrinkage, pooling_share
+from .central import CentralResult, central_update, centre_margin, linear_shrinkage, pooling_share
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ..tuning import N_FOLDS, PENALTY_CANDIDATES, TRIM, client_median, select_penalty, sure_penalty
+from ..robust import TRIM, client_median
+from .tuning import N_FOLDS, PENALTY_CANDIDATES, select_penalty, sure_penalty
 from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy
 
 PENALTIES = ("paper", "sure", "sure-floored", "theory")
-#: The penalties chosen every round by SURE (:func:`fedmm.tuning.sure_penalty`).
+#: The penalties chosen every round by SURE (:func:`fedmm.algorithms.tuning.sure_penalty`).
 SURE_PENALTIES = ("sure", "sure-floored")
 POOLING_SIZES = ("client", "component", "information")
 SHRINKAGES = ("soft", "linear")
@@ -47,7 +48,7 @@ def penalty_schedule(penalty, penalty_params, p, K, n):
 
     - ``"paper"`` (App. B.1): ``lambda_0 = 1``, ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``
       with ``kappa = 0.1``, ``C = 2`` (override with ``penalty_params``: ``lambda0``, ``kappa``, ``C``);
-    - ``"sure"``: chosen every round from the data (:func:`fedmm.tuning.sure_penalty`, in
+    - ``"sure"``: chosen every round from the data (:func:`fedmm.algorithms.tuning.sure_penalty`, in
       :meth:`FedGrEM.server_step`); the schedule is then the paper's, used for the first round's pilot;
     - ``"sure-floored"``: SURE's choice, never below the paper's ``lambda_t`` (never less pooling than
       the paper's schedule; ``docs/units.md``);
@@ -109,7 +110,7 @@ def pool_variances(scale, N, share):
     (``RSS_kr / N_kr``). The central update's solution is
     ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_tilde_kr`` with the share
     ``s_kr = min(1, threshold_kr / ||theta_tilde_kr - nu_bar_r||)``, 1 when
-    pooled (:func:`fedmm.central.pooling_share`). The variances follow the
+    pooled (:func:`fedmm.algorithms.central.pooling_share`). The variances follow the
     same rule: ``scale_kr <- s_kr scale_bar_r + (1 - s_kr) scale_kr``, where
     ``scale_bar_r = sum_k a_kr N_kr scale_kr / sum_k a_kr N_kr`` with
     ``a_kr = clip(2 s_kr - 1, 0, 1)`` is the pooled M-step's variance at the
@@ -153,7 +154,7 @@ def _towards(own, pooled, share):
 def robust_scale(family, scale, sizes, lam, n_features, **solver):
     """The variances' own robust central update (``pool_variances="robust"``; fedmm's, beyond the paper).
 
-    FedGrEM's central problem (Algorithm 1, :func:`fedmm.central.central_update`) solved on
+    FedGrEM's central problem (Algorithm 1, :func:`fedmm.algorithms.central.central_update`) solved on
     ``v_kr = family.log_scale(Sigma_kr)``, log-variances scaled so that each coordinate's sampling sd is
     about ``1 / sqrt(N_kr)``: the role the noise units play for the means. For full covariances the
     distance is ``||log Sigma_kr - log Sigma_bar_r||_F / sqrt(2)``, the log-Euclidean metric: a client
@@ -193,7 +194,7 @@ class Consensus(NamedTuple):
         ``||theta_tilde_kr - nu_bar_r||`` in noise units.
     threshold : ndarray of shape (K, R)
         The pooling distance ``lambda_T / sqrt(n_k)`` (or per-component sizes); with ``shrinkage="linear"``,
-        the distance each block moved towards the centre (:func:`fedmm.central.linear_shrinkage`).
+        the distance each block moved towards the centre (:func:`fedmm.algorithms.central.linear_shrinkage`).
     sqrt_n_lambda : ndarray of shape (K, 1)
         ``sqrt(n_k) lambda_T``: ``n_k`` times the client's threshold.
     pooled_scale : ndarray of shape (K, R), bool
@@ -261,7 +262,7 @@ class FedGrEM(GradientStrategy):
         and the paper's ``lambda_t`` (pools as SURE does where clients are alike, is the paper's FedGrEM
         where they differ; ``docs/units.md``); "paper", App. B.1's schedule; "sure", chosen every round
         by Stein's unbiased estimate of the central update's squared error, trimmed over clients
-        (:func:`fedmm.tuning.sure_penalty`); "auto", one of :data:`fedmm.tuning.PENALTY_CANDIDATES` by
+        (:func:`fedmm.algorithms.tuning.sure_penalty`); "auto", one of :data:`fedmm.algorithms.tuning.PENALTY_CANDIDATES` by
         5-fold cross-validated likelihood trimmed over clients and the one-standard-error rule
         (:meth:`tune`; each client deals and scores its own folds, also on Flower); "theory",
         Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a function of the round ``t``.
@@ -319,7 +320,6 @@ class FedGrEM(GradientStrategy):
     # gives the paper's.
     default_init = "pooled-and-local"
     stop_on = "parameter_change"
-    pools_onto_consensus = True
     # The central update trades likelihood for pooling: no objective climbs every round. Its clients' gradient
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
@@ -347,9 +347,9 @@ class FedGrEM(GradientStrategy):
         self.dropout = dropout
 
     def tune(self, fit, clients, random_state):
-        """``penalty="auto"``: the candidate of :data:`fedmm.tuning.PENALTY_CANDIDATES` (this strategy with
+        """``penalty="auto"``: the candidate of :data:`fedmm.algorithms.tuning.PENALTY_CANDIDATES` (this strategy with
         their options; its ``penalty_params`` stay with the first) chosen by trimmed 5-fold cross-validated
-        likelihood and the one-standard-error rule (:func:`fedmm.tuning.select_penalty`)."""
+        likelihood and the one-standard-error rule (:func:`fedmm.algorithms.tuning.select_penalty`)."""
         if not isinstance(self.penalty, str) or self.penalty != "auto":
             return self, None
         chosen, selection = select_penalty(lambda train, candidates: fit(train, [self._with(c) for c in candidates]),
@@ -358,6 +358,25 @@ class FedGrEM(GradientStrategy):
 
     def _with(self, options):
         return clone(self).set_params(**options)
+
+    def distinct_components(self, model, index, p, scale_per_component):
+        """The consensus once where any client sits on it (``pooled_``), plus each client off it by the group
+        lasso's degrees of freedom (Yuan & Lin 2006, Sec. 4): ``1 + (p - 1) kept`` of its ``p`` parameters,
+        ``kept = ||beta_g|| / ||beta_g^LS|| = 1 - threshold / distance``, the share of its distance to the
+        consensus the central update leaves it (a client kept far off counts almost ``p``, one shrunk most of
+        the way little more than 1). Variances that follow the mean's share (``pool_variances=True``,
+        :func:`pool_variances`: ``kept`` of its own estimate, the rest the pooled one) count by ``kept``, the
+        trace of that linear shrinkage (counted in full they charged a component shrunk three quarters of the
+        way to the consensus ten variances against its mean's 3.2 parameters); others once per distinct value
+        (``pooled_variances_``)."""
+        pooled = model.pooled_[index]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kept = np.clip(1.0 - model.pooling_threshold_[index] / model.distance_to_center_[index], 0.0, 1.0)
+        means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
+        if self.pool_variances != "robust" and bool(self.pool_variances) and scale_per_component:
+            return means, pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0)
+        shared = model.pooled_variances_[index]
+        return means, (~shared).sum(axis=0) + shared.any(axis=0)
 
     def server_start(self, family, start, n_k):
         d, K = start.theta.shape[-1], len(n_k)
@@ -387,7 +406,7 @@ class FedGrEM(GradientStrategy):
         (and starting weights ``w0``) are given.
 
         With ``penalty="sure"``, ``lam`` is a pilot: its update's distances to the centre choose the round's
-        ``lambda`` (:func:`fedmm.tuning.sure_penalty`), and the update is solved again when the choice differs;
+        ``lambda`` (:func:`fedmm.algorithms.tuning.sure_penalty`), and the update is solved again when the choice differs;
         ``"sure-floored"`` takes the larger of that choice and the schedule's ``scheduled``; both settle by
         :func:`settle_penalty` (``memory``).
         """
@@ -432,7 +451,7 @@ class FedGrEM(GradientStrategy):
 
     def _with_margins(self, central, theta, sizes, weights, lam, solve):
         """The central problem solved again with every block's size and weight scaled by its margin
-        (:func:`fedmm.central.centre_margin`) at the first solution's centres.
+        (:func:`fedmm.algorithms.central.centre_margin`) at the first solution's centres.
 
         fedmm's, beyond the paper. The central problem (Algorithm 1; App. B.1, eq. (6)) treats
         ``theta_tilde_kr`` as client ``k``'s estimate of component ``r``; one that has drifted towards
@@ -461,7 +480,7 @@ class FedGrEM(GradientStrategy):
         return central_update(theta, blocks * margin, lam, **{**solve, "weights": weights * margin}), margin
 
     def _blocks(self, n_k, w0):
-        """Each block's size and weight in the central problem (:func:`fedmm.central.central_update`):
+        """Each block's size and weight in the central problem (:func:`fedmm.algorithms.central.central_update`):
         ``(sizes, weights)`` at the pass's starting weights ``w0``; ``weights`` is None (the sizes) but
         with ``pooling_sizes="information"``.
 
@@ -566,8 +585,8 @@ class FedGrEM(GradientStrategy):
 MARGIN_FLOOR = 1e-12
 
 #: The share of the clients left out of the clients' spread (:meth:`FedGrEM._pool` with ``shrinkage="linear"``,
-#: :func:`fedmm.central.between_variance`): the theory's bound on the adversaries' share, ``eps < 1/3``
-#: (Theorem A.8). With 20% (``fedmm.tuning.TRIM``), the third of three adversaries in ten clients stayed in,
+#: :func:`fedmm.algorithms.central.between_variance`): the theory's bound on the adversaries' share, ``eps < 1/3``
+#: (Theorem A.8). With 20% (``fedmm.robust.TRIM``), the third of three adversaries in ten clients stayed in,
 #: the spread grew, and the honest clients pooled less (``tests/test_adversarial.py``, "shift": 0.41).
 SPREAD_TRIM = 1.0 / 3.0
 

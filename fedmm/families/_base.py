@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import get_kernels
-from ..tuning import client_median
+from ..robust import client_median
 
 # Added to responsibility sums before dividing, as scikit-learn does, so that
 # an empty component gives a finite (if meaningless) estimate instead of NaN.
@@ -167,7 +167,7 @@ class Family(ABC):
 
     def central_metric(self, stats):
         """The metric ``G_kr`` (K, R, p, p) of the parameters in FedGrEM's central problem
-        (:func:`fedmm.central.central_update`), or ``None`` for the paper's Euclidean norm (the default)."""
+        (:func:`fedmm.algorithms.central.central_update`), or ``None`` for the paper's Euclidean norm (the default)."""
         return None
 
     def center_scale(self, scale):

@@ -7,7 +7,7 @@ from numba import vectorize
 
 from .. import kmeans
 from ..kernels._numpy import precision_cholesky
-from ..tuning import client_median
+from ..robust import client_median
 from ..units import Units, scale_or_one
 from ._base import _TINY, Family, one_hot
 

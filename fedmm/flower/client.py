@@ -21,13 +21,13 @@ action          the server sends                                       the clien
 ``loglik``      parameters                                             its log-likelihood
 ``fit_weights``  parameters, whether to refit, ``max_iter``, ``tol``   its mixing proportions
 ``folds``       a seed, ``n_folds``                                    nothing (it deals its rows into
-                                                                       folds: :func:`fedmm.tuning.client_fold`)
+                                                                       folds: :func:`fedmm.robust.client_fold`)
 ``held_out``    parameters, a ``fold``                                 the log-likelihood of its rows
                                                                        in that fold
 ==============  =====================================================  ==============================
 
 A query with ``train_fold`` in its settings is answered from the client's rows outside that fold
-(cross-validation of ``penalty="auto"``, :func:`fedmm.tuning.select_penalty`): the server fits on
+(cross-validation of ``penalty="auto"``, :func:`fedmm.algorithms.tuning.select_penalty`): the server fits on
 those as on a federation of its own.
 
 Every reply echoes the query's ``tag``, so the server can tell a reply to this query from a stale one.
@@ -46,10 +46,9 @@ from .. import estimators
 from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
-from ..kernels import resolve_backend
 from ..methods import METHODS
 from ..protocol import Broadcast, ClientState
-from ..tuning import client_fold
+from ..robust import client_fold
 from ..units import Units, client_sums
 from .codec import arrays, config, encode, flatten, record_arrays, unflatten
 
@@ -153,7 +152,7 @@ def _hello(read):
 
 def _read(load, context, est):
     X, y = load(context)
-    return FederatedData.from_input([X], None if y is None else [y], require_y=est._family_class.needs_y)
+    return FederatedData.from_input([X], None if y is None else [y], require_y=est.needs_y)
 
 
 class _Session:
@@ -165,7 +164,7 @@ class _Session:
         model = context.state["fedmm.model"]
         est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
         data = read(context, est)
-        self.family = est._make_family(resolve_backend(est.backend, data.X.shape[0]))
+        self.family = est.make_family(data.X.shape[0])
         self.context = context
         if "fedmm.units" in context.state:
             units = unflatten(Units, record_arrays(context.state["fedmm.units"]))

@@ -24,14 +24,13 @@ from typing import NamedTuple
 
 import numpy as np
 from flwr.app import Message
-from sklearn.base import clone
 
 from ..clients import client_family_starts
 from ..data import FederatedData
-from ..kernels import resolve_backend
 from ..families import MixtureParams
+from ..methods import make_method
 from ..protocol import ClientMessage, stack, take
-from ..tuning import fold_sizes
+from ..robust import fold_sizes
 from ..units import moments_from_sums
 from .codec import arrays, config, encode, flatten, unflatten
 
@@ -78,7 +77,7 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
         config) when every client has a distinct one, in their order, else their node ids in increasing
         order; ``flower_rejections_`` lists every reply the server did not use (by node id).
     """
-    strategy = estimator._check_params()
+    strategy = make_method(estimator.method)
     if strategy.name is None:
         raise ValueError(f"{type(strategy).__name__} has no name: a method run on Flower needs one (its class "
                          "attribute name), by which the clients' client_app(methods=...) know it.")
@@ -105,9 +104,7 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
                 nodes, ordered = [nodes[k] for k in order], True
                 continue
             ids = np.array(names if None not in names else nodes)
-            if hasattr(estimator, "feature_names_in_"):
-                del estimator.feature_names_in_
-            estimator._fit_clients(clone(strategy), clients.family, clients, ids, clients.n_features)
+            estimator.fit_clients(clients, ids, clients.n_features)
         except ClientsRejected as error:
             log.warning("fedmm.flower: starting again without node(s) %s: %s", error.nodes, error)
             nodes = [n for n in nodes if n not in error.nodes]
@@ -151,9 +148,8 @@ class FlowerClients:
     def hello(self):
         """Every client reads its data and sends its size and sums; the server builds the family."""
         est = self.estimator
-        settings = json.dumps({k: v for k, v in est.get_params(deep=False).items()
-                               if v is None or isinstance(v, (bool, int, float, str))})
-        needs_y = est._family_class.needs_y
+        settings = json.dumps(est.family_params())
+        needs_y = est.needs_y
         raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings)
         widths = [v["sum_x"].shape[0] for v in raw.values() if isinstance(v, dict) and "sum_x" in v
                   and np.ndim(v["sum_x"]) == 1]
@@ -165,7 +161,7 @@ class FlowerClients:
         replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]), required=True)
         self.n_samples = np.array([int(replies[k]["n"][0]) for k in range(self.n_clients)])
         self.n_features = d
-        self.family = est._make_family(resolve_backend(est.backend, int(self.n_samples.sum())))
+        self.family = est.make_family(int(self.n_samples.sum()))
         self._moments = moments_from_sums([replies[k] for k in range(self.n_clients)])
 
     def moments(self):
@@ -232,7 +228,7 @@ class FlowerClients:
         return np.concatenate([replies[k]["weights"] for k in range(self.n_clients)])
 
     def deal_folds(self, n_folds, seeds):
-        """Every client deals its rows into ``n_folds`` folds from its seed (:func:`fedmm.tuning.client_fold`)."""
+        """Every client deals its rows into ``n_folds`` folds from its seed (:func:`fedmm.robust.client_fold`)."""
         self._ask("folds", [{}] * self.n_clients, lambda k, v: _arrays_ok(v, {}), required=True,
                   config_rows=[{"seed": int(s)} for s in seeds], n_folds=int(n_folds))
         self._n_folds = int(n_folds)

@@ -81,8 +81,9 @@ import numpy as np
 from numba import prange
 from scipy.stats import chi2
 
-from .threads import parallel_kernel
-from .tuning import kept_clients, noise_ratios
+from ..robust import kept_clients
+from ..threads import parallel_kernel
+from .tuning import noise_ratios
 
 __all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "between_variance", "linear_shrinkage",
            "SOLVERS"]
@@ -165,13 +166,13 @@ def between_variance(distance, N, p, trim):
     coordinate (fedmm's, for :func:`linear_shrinkage`).
 
     In noise units a client's estimate ``theta_tilde_kr`` of a component it holds ``N_kr`` samples of is
-    ``theta_kr + e``, ``E ||e||^2 = p / N_kr`` (:func:`fedmm.tuning.sure_penalty`), and the clients' own
+    ``theta_kr + e``, ``E ||e||^2 = p / N_kr`` (:func:`fedmm.algorithms.tuning.sure_penalty`), and the clients' own
     ``theta_kr`` spread around the centre by ``tau_r^2`` per coordinate (the paper's ``h^2 / p`` on its
     design, Sec. 4.1), so ``E d_kr^2 / p = tau_r^2 + 1 / N_kr``. The moment estimate weighs block ``kr`` by
     ``N_kr``, ``tau_r^2 = max(0, sum_k (N_kr d_kr^2 / p - 1) / sum_k N_kr)``, over the blocks that count
-    (:func:`fedmm.tuning.noise_ratios`: ``N_kr >= 1``), leaving out in each component the ``floor(trim K)``
+    (:func:`fedmm.algorithms.tuning.noise_ratios`: ``N_kr >= 1``), leaving out in each component the ``floor(trim K)``
     clients with the largest ``N_kr d_kr^2 / p`` (outliers, whose spread is not the others'). Per component,
-    not per client as SURE's penalty trims (:func:`fedmm.tuning.alike_clients`): with whole clients left out,
+    not per client as SURE's penalty trims (:func:`fedmm.algorithms.tuning.alike_clients`): with whole clients left out,
     a component that had wandered on a client the trim kept stayed in that component's spread, and the MoR
     design at ``h = 2`` went from 3.22 to 3.37 (20 seeds, two of them from 3.1 to 4.2). 0 where no block
     counts.

@@ -1,4 +1,4 @@
-"""Tuning from the data: FedGrEM's penalty, by Stein's unbiased risk estimate or by cross-validation.
+"""FedGrEM's penalty chosen from the data: by Stein's unbiased risk estimate or by cross-validation.
 
 How much FedGrEM pools is set by its penalty ``lambda_t``; the paper's
 schedule (App. B.1: ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``,
@@ -8,7 +8,7 @@ below the schedule.
 
 ``penalty="auto"`` asks the data how much to pool beyond that, without pooling
 any: every client deals its samples at random into ``n_folds`` folds, from a
-seed the server sends it (:func:`client_fold`), so it deals alone; each
+seed the server sends it (:func:`fedmm.robust.client_fold`), so it deals alone; each
 fold is held out in turn while FedGrEM is fitted on the rest with each
 candidate of :data:`PENALTY_CANDIDATES` (the default, its floor raised
 fourfold, and full pooling: shared components, per-client proportions), from
@@ -35,9 +35,9 @@ estimated risk over the clients, leaving out the most heterogeneous
 
 import numpy as np
 
-__all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "TRIM", "sure_risk", "sure_grid_risk", "sure_penalty", "noise_ratios",
-           "alike_clients", "kept_clients", "first_best", "client_median", "client_seeds", "client_fold", "client_folds",
-           "fold_sizes", "trimmed_mean", "select_penalty", "paired_differences", "one_standard_error"]
+from ..robust import TRIM, client_seeds, fold_sizes, kept_clients, one_standard_error, trimmed_mean
+
+__all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "select_penalty", "sure_risk", "sure_grid_risk", "noise_ratios", "alike_clients", "sure_penalty"]
 
 #: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
 #: the default with its floor at four times the paper's schedule (``C = 8``), which pools every client within
@@ -45,87 +45,15 @@ __all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "TRIM", "sure_risk", "s
 #: it still does, ``C = 16`` does not); and full pooling, every client on the consensus.
 PENALTY_CANDIDATES = ({"penalty": "sure-floored"}, {"penalty": "sure-floored", "penalty_params": {"C": 8.0}},
                       {"penalty": np.inf})
+
+
 #: Folds of every client's samples when FedGrEM's penalty is tuned (``penalty="auto"``): each holds out 20%.
 N_FOLDS = 5
+
+
 #: Candidate ``lambda`` of ``penalty="sure"``: 10 per decade, from pooling almost nothing to almost everything
 #: (thresholds of 0.01 to 100 noise standard deviations per square root of a client's size).
 SURE_GRID = np.geomspace(1e-2, 1e2, 41)
-#: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
-#: that up to this fraction of outlier clients cannot decide.
-TRIM = 0.2
-
-
-def first_best(scores, axis=0):
-    """Index of the first highest score along ``axis``, scores within ``1e-9`` (relative) of the highest
-    counting as ties.
-
-    Starts that reach the same optimum, labelled differently, score equal up to rounding, and rounding
-    depends on the data's units; a tie keeps the earlier start, so the choice, and with it the labels,
-    follows a change of units.
-    """
-    scores = np.asarray(scores, dtype=float)
-    top = scores.max(axis=axis, keepdims=True)
-    return np.argmax(scores >= top - 1e-9 * (1.0 + np.abs(top)), axis=axis)
-
-
-def client_median(values):
-    """``np.median(values, axis=0)`` of finite values, the same numbers, for thousands of clients in a few
-    partitions' time.
-
-    The server takes a median over clients every round (:func:`fedmm.algorithms.fedgrem.noise_scale`);
-    numpy's partitions a strided axis at two positions, about 5 ms for (10,000, 5, 10), a third of a
-    FedGrEM round there. Here: one partition of contiguous rows at ``K // 2``, and for even ``K`` the
-    largest value below it, 0.9 ms.
-    """
-    values = np.asarray(values)
-    K = len(values)
-    rows = np.ascontiguousarray(values.reshape(K, -1).T)
-    h = K // 2
-    part = np.partition(rows, h, axis=1)
-    median = part[:, h] if K % 2 else 0.5 * (part[:, :h].max(axis=1) + part[:, h])
-    return median.reshape(values.shape[1:])
-
-
-def kept_clients(values, trim):
-    """Indices of the clients left after leaving out the ``floor(trim K)`` with the lowest ``values``."""
-    values = np.asarray(values, dtype=float)
-    return np.argsort(values, kind="stable")[int(np.floor(trim * len(values))):]
-
-
-def client_seeds(random_state, size):
-    """A seed for each of ``size`` clients, drawn by the server from ``random_state``.
-
-    A seed per client rather than one generator passed from client to client: what a client draws
-    (its start, its folds) then depends on its own data and seed only, as it must when the clients
-    are separate parties (:mod:`fedmm.flower`), and the same fit gives the same draws in this process.
-    """
-    return random_state.randint(np.iinfo(np.int32).max, size=size)
-
-
-def client_fold(n, n_folds, seed):
-    """A fold index for each of a client's ``n`` samples, dealt at random from the client's own ``seed``,
-    folds as even as possible (:func:`fold_sizes`). A client with one sample keeps it out of every
-    fold (index -1), so that no fold leaves it without training data."""
-    if n < 2:
-        return np.full(n, -1)
-    return np.random.RandomState(seed).permutation(np.arange(n) % n_folds)
-
-
-def client_folds(n_samples, n_folds, random_state):
-    """Every client's :func:`client_fold`, from seeds drawn from ``random_state`` (:func:`client_seeds`)."""
-    return [client_fold(n, n_folds, seed) for n, seed in zip(n_samples, client_seeds(random_state, len(n_samples)))]
-
-
-def fold_sizes(n_samples, n_folds, fold):
-    """(K,) how many samples each client's :func:`client_fold` deals into ``fold``: known to the server
-    from the clients' sizes alone."""
-    n = np.asarray(n_samples)
-    return np.where(n > 1, n // n_folds + (fold < n % n_folds), 0)
-
-
-def trimmed_mean(values, trim):
-    """Mean of ``values`` without the ``floor(trim * len)`` lowest."""
-    return float(np.asarray(values, dtype=float)[kept_clients(values, trim)].mean())
 
 
 def select_penalty(fit, clients, candidates, n_folds, trim, random_state):
@@ -139,7 +67,7 @@ def select_penalty(fit, clients, candidates, n_folds, trim, random_state):
         the same starts, on ``train``, a transport of the clients' training rows.
     clients : transport of clients (:mod:`fedmm.clients`, :mod:`fedmm.flower`)
         All clients, their data in standard units with the design applied. They deal their rows into
-        folds from seeds the server draws (:meth:`deal_folds`, :func:`client_fold`), give a transport of
+        folds from seeds the server draws (:meth:`deal_folds`, :func:`fedmm.robust.client_fold`), give a transport of
         the rows outside a fold (:meth:`training`), and score a fold's rows (:meth:`held_out_loglik`):
         rows never leave a client.
     candidates : sequence of dict
@@ -175,35 +103,10 @@ def select_penalty(fit, clients, candidates, n_folds, trim, random_state):
     return best, {"candidates": list(candidates), "score": scores, "client_scores": client_scores, "chosen": best}
 
 
-def paired_differences(client_scores, reference, trim):
-    """Every candidate's held-out score minus the ``reference`` candidate's, paired by client over the
-    clients whose ``reference`` scores its trimmed mean keeps: ``(mean, standard error)``, arrays of one
-    entry per candidate (standard errors 0 with fewer than two clients)."""
-    kept = kept_clients(client_scores[reference], trim)
-    diff = client_scores[:, kept] - client_scores[reference, kept]
-    se = diff.std(axis=1, ddof=1) / np.sqrt(len(kept)) if len(kept) > 1 else np.zeros(len(diff))
-    return diff.mean(axis=1), se
-
-
-def one_standard_error(client_scores, trim):
-    """Index of the first candidate not significantly worse than the best (the one-standard-error rule).
-
-    Candidates are ordered from less pooling to more. Differences to the best
-    are paired by client, over the clients the best one's trimmed mean keeps
-    (:func:`paired_differences`); a candidate is within one standard error when
-    its mean difference is at least ``-sd / sqrt(n)``. The rule
-    leans towards less pooling, the robust side: pooling must earn its bias
-    by a held-out gain larger than the noise of the comparison.
-    """
-    best = int(np.argmax([trimmed_mean(s, trim) for s in client_scores]))
-    mean, se = paired_differences(client_scores, best, trim)
-    return int(np.flatnonzero(mean >= -se)[0])
-
-
 def sure_risk(distance, threshold, variance, p):
     """Stein's unbiased estimate of the squared error of the group soft-threshold, per block.
 
-    The central update (FedGrEM eq. (6), :mod:`fedmm.central`) returns
+    The central update (FedGrEM eq. (6), :mod:`fedmm.algorithms.central`) returns
     ``nu = c + (1 - t / D)_+ (theta - c)`` for an estimate ``theta ~ N(mu, v I_p)``
     at distance ``D = ||theta - c||`` from the centre ``c`` (held fixed),
     threshold ``t``. Writing ``nu = theta - g(theta)`` with
@@ -274,7 +177,7 @@ def noise_ratios(distance, N, p):
 
     A block counts where ``N_kr >= 1``, a sample's worth: a nearly empty component hardly moves from where it
     was put, and its noise ``1 / N_kr`` would decide what the clients' distances say (:func:`sure_penalty`,
-    :func:`fedmm.central.between_variance`).
+    :func:`fedmm.algorithms.central.between_variance`).
     """
     counted = N >= 1.0
     return np.where(counted, N * distance ** 2 / p, 0.0), counted
