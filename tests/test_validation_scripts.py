@@ -51,7 +51,7 @@ def test_bench_kernels_runs(capsys, tmp_path):
 
 def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
     """Smoke test of validation/realdata.py on the penguin studies (its targets are checked by hand;
-    see docs/realdata.md): the table has every method and the mixture of regressions runs."""
+    see docs/research/realdata.md): the table has every method and the mixture of regressions runs."""
     realdata = _load("realdata")
     realdata.main(["--quick", "--only", "penguins"])
     out = capsys.readouterr().out

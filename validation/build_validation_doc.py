@@ -1,4 +1,4 @@
-"""Assemble docs/validation.md from the validation scripts' result fragments (validation/results/*.md).
+"""Assemble docs/research/validation.md from the validation scripts' result fragments (validation/results/*.md).
 
 Run the scripts first (``validation/paper_gmm_h0.py``, ``tables45.py``, ``fig3.py``); this puts
 their numbers beside the paper's, with what agrees, what differs, and why.
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DOC = HERE.parent / "docs" / "validation.md"
+DOC = HERE.parent / "docs" / "research" / "validation.md"
 
 INTRO = """# Validation against the FedGrEM paper
 

@@ -3,7 +3,7 @@
 Design of App. B.1 (K = 10, n = 150, d = 10, R = 5, Dirichlet(5) proportions, client 9 an
 outlier), all methods of Fig. 3 but FedGMM, h on a grid, replications with shared data.
 Writes validation/results/fig3-{gmm,mor}.png and validation/results/fig3.md (the fragment
-docs/validation.md is built from). Claims checked (Sec. 4.1), exit non-zero if one fails:
+docs/research/validation.md is built from). Claims checked (Sec. 4.1), exit non-zero if one fails:
 
 1. at h = 0, FedGrEM's error of the parameters is the smallest of all methods;
 2. at the largest h, FedGrEM is comparable to local EM: within 1.5 pooling thresholds
@@ -60,7 +60,7 @@ def main(argv=None):
         claims = check(rows, hs)
         ok &= all(claims.values())
         lines += [f"### {model.upper()} ({time.perf_counter() - start:.0f} s)", "",
-                  f"![Fig. 3 {model}](../validation/results/fig3-{model}.png)", "",
+                  f"![Fig. 3 {model}](../../validation/results/fig3-{model}.png)", "",
                   "Mean (sd) of the maximum error of the parameters over the non-outlier clients:", "", "```",
                   format_table(rows, "theta_error"), "```", "", "Mixing proportions:", "", "```",
                   format_table(rows, "weight_error"), "```", ""]

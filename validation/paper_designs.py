@@ -21,7 +21,7 @@ coefficients, local EM's maximum-likelihood solutions are often wrong, so no sin
 rescues it; and pooled EM with an outlier client gives that client a component of its own (its
 150 samples lie on one line far from the others), leaving four components for five lines:
 non-robust pooling fails for the model's sake, not the start's. The script also prints two floors
-of the MoR target at h = 0 (docs/targets.md): pooled EM started at the truth on the honest clients'
+of the MoR target at h = 0 (docs/research/targets.md): pooled EM started at the truth on the honest clients'
 data alone (20 seeds: 0.338), the likelihood's own error, above the 0.3 target; and least squares
 on the same data with every sample's true component known (20 seeds: 0.247), the error with no
 mixture left to fit.

@@ -70,7 +70,7 @@ def oracle_errors(truth):
 
 
 def write_fragment(results, oracle, n_seeds):
-    """The table as markdown, for docs/validation.md (validation/build_validation_doc.py)."""
+    """The table as markdown, for docs/research/validation.md (validation/build_validation_doc.py)."""
     lines = [f"## FedGrEM on the paper's design at h = 0 ({n_seeds} seeds; `paper_gmm_h0.py`)", "",
              "Mean (sd) of the maximum error over the non-outlier clients.", "",
              "| pipeline | means | proportions (joint) | proportions (separate) | converged |", "|---|---|---|---|---|"]

@@ -15,7 +15,7 @@ Dirichlet(0.5) clients, 20% of clients contaminated; misclustering on the honest
 sets, as ``realdata.py``), and the paper's GMM and MoR designs with one outlier client (maximum
 error over honest clients, as ``paper_designs.py``). For each case it also prints the margin of
 the choice (:func:`margin`): how close a call cross-validation made. The measured table is in
-``docs/realdata.md``.
+``docs/research/realdata.md``.
 
     python validation/pooling_choice.py [--quick] [--reps N]
 """
