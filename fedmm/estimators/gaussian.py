@@ -151,7 +151,7 @@ class FederatedGaussianMixture(_FederatedMixture):
             in float32 (half the memory; sums and parameters in float64), anything else in float64.
         y : ignored
         groups : array-like of shape (n,), optional
-            The client id of every row when ``X`` is one array.
+            The client id of every row when ``X`` is one array (without it, the array is one client).
 
         Returns
         -------

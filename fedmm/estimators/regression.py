@@ -159,7 +159,7 @@ class FederatedMixtureRegression(_FederatedMixture):
             :meth:`FederatedGaussianMixture.fit`).
         y : list of array-like of shape (n_k,), or array-like of shape (n,)
         groups : array-like of shape (n,), optional
-            The client id of every row when ``X`` is one array.
+            The client id of every row when ``X`` is one array (without it, the array is one client).
 
         Returns
         -------
