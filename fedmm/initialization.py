@@ -196,7 +196,7 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     data : FederatedData or a transport of clients (:mod:`fedmm.clients`)
         Across separate parties (:mod:`fedmm.flower`) every start but those that pool rows
         (``"trimmed-pooled"``, ``"pooled-and-local"``, and ``"family"`` for shared methods) works.
-    user : tuple (weights, theta), optional
+    user : tuple (weights, theta) or MixtureParams, optional
         User-supplied start; overrides ``init``.
 
     Returns
@@ -204,6 +204,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     list of (MixtureParams, Alignment or None)
     """
     clients = as_clients(family, data)
+    if isinstance(user, MixtureParams):  # a warm start: the last fit's parameters
+        return [(user, None)]
     if user is not None:
         return [(clients.user_start(*user), None)]
     if init not in INITS:

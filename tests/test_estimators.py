@@ -339,3 +339,20 @@ def test_precisions_are_the_inverse_covariances_as_in_scikit_learn():
         product = gm.covariances_ @ gm.precisions_ if kind in ("tied", "full") else gm.covariances_ * gm.precisions_
         identity = np.eye(2) if kind in ("tied", "full") else 1.0
         np.testing.assert_allclose(product, np.broadcast_to(identity, product.shape), atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["fedgrem", "local-em", "pooled-em"])
+def test_warm_start_refits_from_the_last_fit(method):
+    """scikit-learn's ``warm_start``: a refit starts from the last fit's proportions and components, so it
+    returns to the same fixed point (to the tolerance) in fewer rounds than the first fit took; other clients or another
+    ``n_components`` are an error, not a silent cold start."""
+    X, _ = make_federated_gmm(3, 150, random_state=6)
+    gm = FederatedGaussianMixture(5, method=method, init="family" if method != "fedgrem" else "auto", n_init=1,
+                                  warm_start=True, tol=1e-6, max_iter=2000, random_state=0)
+    last, rounds = gm.fit(X).means_.copy(), gm.n_iter_
+    gm.fit(X)
+    assert gm.n_iter_ < rounds and np.abs(gm.means_ - last).max() < 0.01
+    with pytest.raises(ValueError, match="warm_start=True refits the last fit's 3 clients"):
+        gm.fit(X[:2])
+    with pytest.raises(ValueError, match="n_components=2"):
+        gm.set_params(n_components=2).fit(X)

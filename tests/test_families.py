@@ -219,3 +219,28 @@ def test_bad_family_options():
         RegressionFamily(True, -1.0)
     with pytest.raises(ValueError, match="noise_variance"):
         RegressionFamily(True, "free")
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag", "tied", "full"])
+def test_params_to_internal_inverts_to_original(covariance_type):
+    """A warm start maps the last fit back into standard units: exactly the inverse of to_original."""
+    from fedmm.simulate import make_federated_gmm, make_federated_mor
+    from fedmm.units import pooled_moments
+    rng = np.random.RandomState(0)
+    X, _ = make_federated_gmm(2, 50, random_state=0)
+    X = [3.0 * x @ rng.randn(10, 10) + 5.0 for x in X]
+    family = GaussianFamily(covariance_type)
+    units = family.units(pooled_moments(FederatedData.from_input(X)))
+    s = {"spherical": 1, "diag": 10, "tied": 100, "full": 100}[covariance_type]
+    A = rng.randn(2, 3, 10, 10)
+    scale = (A @ np.swapaxes(A, -1, -2) + np.eye(10)).reshape(2, 3, 100)[..., :s] if s == 100 else \
+        rng.uniform(0.5, 2.0, (2, 3, s))
+    params = MixtureParams(np.full((2, 3), 1 / 3), rng.randn(2, 3, 10), scale)
+    for a, b in zip(family.params_to_internal(family.to_original(params, units), units), params):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    Xr, yr, _ = make_federated_mor(2, 50, random_state=0)
+    reg = RegressionFamily(True, "component")
+    units = reg.units(pooled_moments(FederatedData.from_input(Xr, yr)))
+    params = MixtureParams(np.full((2, 3), 1 / 3), rng.randn(2, 3, 11), rng.uniform(0.5, 2.0, (2, 3, 1)))
+    for a, b in zip(reg.params_to_internal(reg.to_original(params, units), units), params):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

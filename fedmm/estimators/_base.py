@@ -34,7 +34,7 @@ _SHARED_CONSTRAINTS = {
     "alignment": P.any_of(P.one_of(*ALIGNMENT_METHODS), P.none),
     "backend": P.one_of(*BACKENDS),
     "verbose": P.integer(0),
-    "verbose_interval": P.integer(1),
+    "warm_start": P.boolean,
     "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1),
                              P.instance(np.random.RandomState, text="a numpy RandomState")),
 }
@@ -56,11 +56,20 @@ class _FederatedMixture(BaseEstimator, ABC):
         """The component family these hyper-parameters describe, computing with ``backend``'s kernels."""
 
     def _user_start(self, family, units, K, d):
-        """``(weights, theta)`` from the user's initial values (in standard units), or None.
+        """``(weights, theta)`` from the user's initial values (in standard units), the last fit's parameters
+        (standard units) for a warm start, or None.
 
         Shapes are checked against ``n_components``, the ``K`` clients and ``d`` features first: a start
         with another number of components would fit that many and leave ``n_components`` (and BIC) wrong.
         """
+        if self.warm_start and hasattr(self, "params_"):
+            previous = self.params_
+            if previous.weights.shape != (K, self.n_components) or previous.theta.shape[-1] != family.param_dim(d):
+                raise ValueError(f"warm_start=True refits the last fit's {previous.weights.shape[0]} clients, "
+                                 f"{previous.weights.shape[1]} components and its features; got {K} clients, "
+                                 f"n_components={self.n_components}, {d} features. Set warm_start=False for "
+                                 "another federation.")
+            return family.params_to_internal(previous, units)
         name, theta = self._theta_init, getattr(self, self._theta_init)
         if theta is None:
             if self.weights_init is not None:
@@ -155,7 +164,7 @@ class _FederatedMixture(BaseEstimator, ABC):
                 selection[key] = selection[key] + jacobian
         self.penalty_selection_ = selection
 
-        progress = Progress(self.verbose, self.verbose_interval, jacobian)
+        progress = Progress(self.verbose, offset=jacobian)
         result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress)
         params = family.to_original(result.params, units)
 
@@ -498,13 +507,13 @@ _SHARED_PARAMS_DOC = """
         Kernels for the E-step (``docs/performance.md``): Numba's fused
         parallel pass, the numpy reference, or CuPy on a GPU; "auto" takes
         CuPy for at least 1e6 samples when a GPU is present, Numba otherwise.
+    warm_start : bool, default=False
+        Start a refit from the last fit's parameters (as scikit-learn's ``GaussianMixture``); ``n_init``
+        and the initial values then play no part. The clients and features must be the last fit's.
     verbose : int, default=0
         0 prints nothing; 1 one line per run (start, FedGrEM's restart passes)
-        with its rounds, time and log-likelihood per sample; 2 also every
-        ``verbose_interval`` rounds, with the round's records (as in
-        ``history_``).
-    verbose_interval : int, default=10
-        Rounds between printed lines at ``verbose=2``.
+        with its rounds, time and log-likelihood per sample; 2 also every 10
+        rounds, with the round's records (as in ``history_``).
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """

@@ -69,7 +69,7 @@ class FederatedGaussianMixture(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1, max_iter=500,
                  tol=1e-3, init="auto", alignment="consensus", reg_covar=1e-6, weights_init=None, means_init=None,
-                 backend="auto", verbose=0, verbose_interval=10, random_state=None):
+                 backend="auto", warm_start=False, verbose=0, random_state=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -82,8 +82,8 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.weights_init = weights_init
         self.means_init = means_init
         self.backend = backend
+        self.warm_start = warm_start
         self.verbose = verbose
-        self.verbose_interval = verbose_interval
         self.random_state = random_state
 
     def _make_family(self, backend):

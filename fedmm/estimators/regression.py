@@ -64,7 +64,7 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     def __init__(self, n_components=1, *, method="fedgrem", fit_intercept=True, noise_variance="component",
                  precondition=True, n_init=1, max_iter=500, tol=1e-3, init="auto", alignment="consensus",
-                 weights_init=None, coef_init=None, backend="auto", verbose=0, verbose_interval=10, random_state=None):
+                 weights_init=None, coef_init=None, backend="auto", warm_start=False, verbose=0, random_state=None):
         self.n_components = n_components
         self.method = method
         self.fit_intercept = fit_intercept
@@ -78,8 +78,8 @@ class FederatedMixtureRegression(_FederatedMixture):
         self.weights_init = weights_init
         self.coef_init = coef_init
         self.backend = backend
+        self.warm_start = warm_start
         self.verbose = verbose
-        self.verbose_interval = verbose_interval
         self.random_state = random_state
 
     def _check_params(self):

@@ -120,6 +120,16 @@ class Family(ABC):
     def to_internal(self, theta, units):
         """User-given component parameters (..., p) in the data's units, mapped into standard units."""
 
+    def params_to_internal(self, params, units):
+        """Fitted parameters in the data's units mapped into standard units, the inverse of
+        :meth:`to_original` (a warm start)."""
+        return params._replace(theta=self.to_internal(params.theta, units),
+                               scale=self.scale_to_internal(params.scale, units))
+
+    @abstractmethod
+    def scale_to_internal(self, scale, units):
+        """Variances in the data's units mapped into standard units (:meth:`to_original`'s, inverted)."""
+
     @abstractmethod
     def estep(self, data, params):
         """E-step of all clients: ``(loglik (K,), statistics)``."""

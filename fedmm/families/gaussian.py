@@ -99,6 +99,15 @@ class GaussianFamily(Family):
     def to_internal(self, theta, units):
         return (theta - units.x_shift) @ units.x_map
 
+    def scale_to_internal(self, scale, units):
+        """``Sigma_std = W^T Sigma W`` (diagonal ``W``: ``sigma_std^2 = sigma^2 / s^2``)."""
+        W = units.x_map
+        d = len(W)
+        if self._matrix:
+            return (W.T @ scale.reshape(scale.shape[:-1] + (d, d)) @ W).reshape(scale.shape)
+        s = np.diag(np.linalg.inv(W))
+        return scale / (s ** 2 if scale.shape[-1] == d else s[:1] ** 2)
+
     def coordinate_variances(self, scale):
         """Per-coordinate variances (K, R, s'): the diagonal or spherical variances themselves, and for full
         and tied covariances their mean variance ``trace / d`` (unchanged by the sign flips a per-feature

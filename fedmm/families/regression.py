@@ -100,6 +100,10 @@ class RegressionFamily(Family):
         gamma0 = (theta[..., d] - units.y_shift + beta @ units.x_shift) / units.y_scale
         return np.concatenate([gamma, gamma0[..., None]], axis=-1)
 
+    def scale_to_internal(self, scale, units):
+        """``sigma_std^2 = sigma^2 / s_y^2``."""
+        return scale / units.y_scale ** 2
+
     def design(self, X):
         return np.column_stack([X, np.ones(len(X))]) if self.fit_intercept else X
 
