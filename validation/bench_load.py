@@ -14,7 +14,7 @@ defaults under load at most 1.5x the one-thread run under the same load. The ful
 the quiet speed is kept: the pooled round at least 15x scikit-learn's EM iteration and at most 1.5x one
 pass over the data (``X.sum(axis=0)``), and a FedGrEM fit of K = 10,000 clients of 50 in at most 20 s.
 Exits non-zero when a target is missed. The quick form (in CI) times the quick-start fit, K = 200 and
-n = 10^5, and allows 2x under load: short timings on a shared machine.
+n = 10^5, and allows 3x under load: short timings on a shared machine vary 2x for the same code.
 
 ``--crossover`` times the serial and parallel copies of two kernels (the E-step and the central update's
 loop) across sizes, quiet and under load: the measurement behind ``fedmm.threads.MIN_PARALLEL_WORK``.
@@ -192,7 +192,10 @@ def main(argv=None):
     print(f"{cores} cores, {cores} busy background processes under load; median seconds, each case in a fresh "
           f"process")
     table = timings(args.quick, cores)
-    bound = 2.0 if args.quick else 1.5
+    # Milliseconds of the same serial code next to two busy processes vary 2x from one process to the next
+    # (one round of the quick form: 3.6 to 7.6 ms, no parallel region in either): the quick form allows 3x,
+    # still far below the 150x of the pathology it guards against.
+    bound = 3.0 if args.quick else 1.5
     checks = []
     print(f"\n| case | quiet, defaults | quiet, 1 thread | load, defaults | load, 1 thread | load: defaults / 1 thread |")
     print("|---|---|---|---|---|---|")
