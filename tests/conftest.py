@@ -16,6 +16,12 @@ def rng():
     return np.random.RandomState(0)
 
 
+#: Both copies of the compiled kernels (:func:`fedmm.threads.parallel_kernel`): the serial one in every run;
+#: the parallel one in CI's own step, ``pytest -m parallel_copies``, because compiling it (about a minute and
+#: a half next to two busy processes) would take the default run on a busy two-core machine past five minutes.
+COPIES = pytest.mark.parametrize("parallel", [False, pytest.param(True, marks=pytest.mark.parallel_copies)])
+
+
 @contextmanager
 def kernel_copies(parallel):
     """Run every compiled kernel on its parallel copy whatever the size and however busy the machine

@@ -3,7 +3,7 @@ from math import factorial
 
 import numpy as np
 import pytest
-from conftest import kernel_copies
+from conftest import COPIES, kernel_copies
 from hypothesis import given, strategies as st
 
 from fedmm.alignment import bottleneck, _consensus, _enclosing_radius, align, check_assumptions, score
@@ -184,8 +184,9 @@ def test_unknown_method():
         align(np.zeros((2, 2, 1)), "magic")
 
 
-@given(st.integers(1, 30), st.integers(1, 7), st.integers(2, 4), st.integers(0, 10 ** 6), st.booleans())
-def test_a_batch_of_matchings_is_each_clients_hungarian_matching(K, R, p, seed, parallel):
+@COPIES
+@given(st.integers(1, 30), st.integers(1, 7), st.integers(2, 4), st.integers(0, 10 ** 6))
+def test_a_batch_of_matchings_is_each_clients_hungarian_matching(parallel, K, R, p, seed):
     """The batched matching to a reference (every permutation at once, compiled, for R <= 5; Hungarian
     beyond) finds each client's optimal labelling: the same total as scipy's Hungarian algorithm on the
     client's cost matrix, and the same permutation (distances in two or more dimensions have one optimum;

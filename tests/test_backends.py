@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import kernel_copies
+from conftest import COPIES, kernel_copies
 from hypothesis import given, strategies as st
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
@@ -58,8 +58,9 @@ def _assert_close(a, b, what):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(y).max()), err_msg=what)
 
 
-@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans())
-def test_numba_gaussian_agrees_with_the_reference(problem, squares, parallel):
+@COPIES
+@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]))
+def test_numba_gaussian_agrees_with_the_reference(parallel, problem, squares):
     X, _, offsets, w, mu, var = problem
     with _copies(X, parallel):
         _assert_close(numba_kernels.gaussian_estep(X, offsets, w, mu, var, squares),
@@ -68,8 +69,9 @@ def test_numba_gaussian_agrees_with_the_reference(problem, squares, parallel):
                       reference.gaussian_log_resp(X, offsets, w, mu, var), "gaussian_log_resp")
 
 
-@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans(), st.booleans())
-def test_numba_stats_from_responsibilities_agree_with_the_reference(problem, squares, hard, parallel):
+@COPIES
+@given(problems(), st.sampled_from(["none", "coordinates", "total", "outer"]), st.booleans())
+def test_numba_stats_from_responsibilities_agree_with_the_reference(parallel, problem, squares, hard):
     """The starts' sums (k-means labels: one-hot, or soft responsibilities)."""
     X, _, offsets, w, mu, var = problem
     resp = np.exp(reference.gaussian_log_resp(X, offsets, w, mu, var)[1])
@@ -80,8 +82,9 @@ def test_numba_stats_from_responsibilities_agree_with_the_reference(problem, squ
                       reference.gaussian_stats(X, offsets, resp, squares), "gaussian_stats")
 
 
-@given(problems(), st.booleans())
-def test_numba_regression_agrees_with_the_reference(problem, parallel):
+@COPIES
+@given(problems())
+def test_numba_regression_agrees_with_the_reference(parallel, problem):
     X, y, offsets, w, coef, var = problem
     noise = var[..., :1]
     coef = coef / np.abs(coef).max()  # fitted values of the size of y

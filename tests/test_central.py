@@ -1,7 +1,7 @@
 
 import numpy as np
 import pytest
-from conftest import kernel_copies
+from conftest import COPIES, kernel_copies
 from hypothesis import assume, given, strategies as st
 
 from fedmm.algorithms.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
@@ -141,8 +141,9 @@ def test_the_two_solvers_agree(args):
     assert a <= b + 1e-9 * abs(b)
 
 
-@given(args=problems, per_component=st.booleans(), lam=st.sampled_from([0.3, 7.8, np.inf]), parallel=st.booleans())
-def test_the_compiled_loop_agrees_with_the_numpy_reference(args, per_component, lam, parallel):
+@COPIES
+@given(args=problems, per_component=st.booleans(), lam=st.sampled_from([0.3, 7.8, np.inf]))
+def test_the_compiled_loop_agrees_with_the_numpy_reference(parallel, args, per_component, lam):
     """The Numba IRLS loop (serial, and components in parallel as for large problems) against the numpy one,
     step for step: same iterations, same answer to rounding."""
     K, R, p, seed, _, equal = args

@@ -1,5 +1,5 @@
 import numpy as np
-from conftest import kernel_copies
+from conftest import COPIES, kernel_copies
 from hypothesis import given, settings, strategies as st
 from sklearn.cluster import KMeans
 
@@ -9,10 +9,11 @@ from fedmm.kmeans import kmeans_labels, kmeans_labels_clients, kmeans_plus_plus,
 from fedmm.simulate import make_federated_gmm
 
 
+@COPIES
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(3, 40), min_size=1, max_size=6), st.integers(1, 4), st.integers(1, 5),
-       st.integers(0, 10 ** 6), st.booleans())
-def test_the_compiled_batch_equals_the_numpy_reference_client_by_client(sizes, d, R, seed, parallel):
+       st.integers(0, 10 ** 6))
+def test_the_compiled_batch_equals_the_numpy_reference_client_by_client(parallel, sizes, d, R, seed):
     rng = np.random.RandomState(seed)
     R = min(R, min(sizes))
     X = [rng.standard_normal((n, d)) + 3 * rng.randint(0, 2, (n, 1)) for n in sizes]
