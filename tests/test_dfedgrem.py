@@ -30,9 +30,12 @@ def _mor(h=0.3):
     return FederatedData.from_input(X, y), RegressionFamily("component"), start
 
 
+EXPERIMENT = pytest.mark.slow  # an option of the research record, outside FedGrEM's API (validation/experimental.py)
+
+
 @pytest.mark.parametrize("penalty, options, h", [("paper", {}, 0.3), ("sure", {}, 0.3),
-                                                 ("sure", {"shrinkage": "linear"}, 1.0),
-                                                 ("sure", {"centre_margins": True}, 0.3)])
+                                                 pytest.param("sure", {"shrinkage": "linear"}, 1.0, marks=EXPERIMENT),
+                                                 pytest.param("sure", {"centre_margins": True}, 0.3, marks=EXPERIMENT)])
 @pytest.mark.parametrize("problem", [_gmm, _mor])
 def test_on_the_complete_graph_it_is_fedgrem(problem, penalty, options, h):
     """Every client solves the server's problem on the same messages: FedGrEM to 1e-8, restarts included;

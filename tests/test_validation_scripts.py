@@ -15,11 +15,6 @@ def _load(name):
     return module
 
 
-def test_bench_alignment_quick(capsys):
-    assert _load("bench_alignment").main(["--quick"]) == 0
-    assert "consensus" in capsys.readouterr().out
-
-
 def test_fig_misalignment(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "fig.png"
@@ -116,15 +111,6 @@ def test_decentralized_quick(capsys, tmp_path):
     assert "Clustered design" in out and "DOES NOT HOLD" not in out
 
 
-def test_bench_central_quick(capsys):
-    assert _load("bench_central").main(["--quick"]) == 0
-    assert "PASS" in capsys.readouterr().out
-
-
-def test_bench_clients_quick(capsys):
-    assert _load("bench_clients").main(["--quick"]) == 0
-    out = capsys.readouterr().out
-    assert "| 10000 |" in out and out.count("- met:") == 3
 
 
 def test_pooling_choice_quick(capsys):
@@ -145,10 +131,11 @@ def test_covariance_starts_quick(capsys):
     assert "passed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("option", ["centre_margins=True", "shrinkage=linear"])
+@pytest.mark.parametrize("option", ["centre_margins=True", pytest.param("shrinkage=linear", marks=pytest.mark.slow)])
 def test_fedgrem_options_quick(capsys, option):
-    """The paired comparison of an option with the defaults runs end to end (two replications of the quick
-    cases); the numbers are the full runs', in docs/fedgrem.md."""
+    """The paired comparison of an experiment outside FedGrEM's API with the defaults runs end to end (two
+    replications of the quick cases; one experiment in the default run, both with -m slow); the numbers are
+    the full runs', in docs/research/fedgrem-options.md."""
     assert _load("fedgrem_options").main(["--option", option, "--quick"]) == 0
     out = capsys.readouterr().out
     assert f"| defaults | {option} |" in out and "| GMM design, h = 0 | 2 |" in out
