@@ -175,3 +175,27 @@ def test_fedem_is_worse_than_local_em_on_every_group(clustered):
     """One set of components for three groups whose means differ by about 6 sqrt(2) cannot fit any group."""
     ratios = np.array([e["fedem"] / e["local-em"] for _, _, e in clustered])
     assert (ratios > 1.0).all(), ratios
+
+
+@pytest.mark.parametrize("seed", [0, 8])
+def test_a_federico_client_reports_the_model_it_relies_on(seed):
+    """Two groups of five clients (spread 4): in these seeds one client's own model is stuck in a poor optimum
+    (error 12.5 and 10.8 against local EM's 0.51 and 0.58) while the client puts 0.07 and 0.02 of its weight
+    on it. It reports and predicts with the model it weighs most, a collaborator's of its group, within 1.5x
+    of its local EM error; ``used_models_`` says whose."""
+    X, truth, groups = make_grouped_gmm(n_groups=2, clients_per_group=5, spread=4.0, outlier=False,
+                                        random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fr = FederatedGaussianMixture(3, method="federico", covariance_type="spherical", random_state=seed).fit(X)
+        local = FederatedGaussianMixture(3, method="local-em", covariance_type="spherical", random_state=seed).fit(X)
+    err = estimation_errors(fr.weights_, fr.means_, truth.weights, truth.theta)[1]
+    local_err = estimation_errors(local.weights_, local.means_, truth.weights, truth.theta)[1]
+    w = fr.collaborator_weights_
+    relies_elsewhere = np.diag(w) < w.max(axis=1) * (1 - 1e-9)
+    assert relies_elsewhere.any()                                        # the case the test is about
+    assert (err[relies_elsewhere] <= 1.5 * local_err[relies_elsewhere]).all()
+    assert (fr.used_models_[relies_elsewhere] != np.flatnonzero(relies_elsewhere)).all()
+    assert (groups[fr.used_models_] == groups).all()                    # a collaborator of its own group
+    own = ~relies_elsewhere
+    assert (fr.used_models_[own] == np.flatnonzero(own)).all()

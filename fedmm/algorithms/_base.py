@@ -188,6 +188,11 @@ class Strategy(BaseEstimator, ABC):
         """Strategy-specific fitted attributes of the estimator (name -> value)."""
         return {}
 
+    def used_models(self, diagnostics):
+        """(K,) the client whose model each client reports and predicts with (None: each its own). A method
+        whose clients rely on several models says here which one each relies on most."""
+        return None
+
     def distinct_components(self, model, index, p, scale_per_component):
         """``(means, scales)``, arrays of ``R``: how many distinct values each component's ``p`` parameters and
         its variances take among the fitted clients ``index`` of ``model`` (the fitted estimator), which BIC,

@@ -236,8 +236,18 @@ class FedeRiCo(Strategy):
         return state.w
 
     def fitted_attributes(self, result, client_ids, n_k):
-        """``collaborator_weights_`` (K, K): row ``i`` is client ``i``'s ``w_ij`` after the last round."""
-        return {"collaborator_weights_": result.diagnostics}
+        """``collaborator_weights_`` (K, K): row ``i`` is client ``i``'s ``w_ij`` after the last round;
+        ``used_models_`` (K,): the client whose model client ``i`` reports (:meth:`used_models`)."""
+        return {"collaborator_weights_": result.diagnostics,
+                "used_models_": client_ids[self.used_models(result.diagnostics)]}
+
+    def used_models(self, w):
+        """The model each client weighs most, its own where it weighs it as much as any (``w_ii`` within
+        ``1e-9`` of its row's largest). A client's own model can be stuck in a poor optimum while the client
+        puts almost all its weight on a collaborator's (the losses say so): it then predicts, and reports,
+        what it relies on, not a model it has all but dropped."""
+        own = np.diag(w) >= w.max(axis=1) * (1 - 1e-9)
+        return np.where(own, np.arange(len(w)), w.argmax(axis=1))
 
 
 def _slot(models, s):

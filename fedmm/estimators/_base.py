@@ -166,6 +166,10 @@ class _FederatedMixture(BaseEstimator, ABC):
 
         progress = Progress(self.verbose, offset=jacobian)
         result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress)
+        used = strategy.used_models(result.diagnostics)
+        if used is not None:  # each client reports the model it relies on (FedeRiCo), and its likelihood under it
+            reported = result.params.take(used)
+            result = result._replace(params=reported, loglik=clients.loglik(reported))
         params = family.to_original(result.params, units)
 
         self._family = family
@@ -579,6 +583,9 @@ _SHARED_ATTRS_DOC = """
     collaborator_weights_ : ndarray of shape (n_clients, n_clients)
         FedeRiCo only: row ``i`` is client ``i``'s weights ``w_ij`` on the
         clients' models after the last round.
+    used_models_ : ndarray of shape (n_clients,)
+        FedeRiCo only: the client whose model each client reports and predicts
+        with, the one it weighs most (its own where it weighs it as much as any).
     collaboration_graph_ : ndarray of shape (n_clients, n_clients), bool
         Dynamic graph only: which clients pulled each other in the last round.
     penalty_selection_ : dict or None
