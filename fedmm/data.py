@@ -426,13 +426,14 @@ MAX_MAGNITUDE = 1e150
 
 def _check_magnitude(values, name, what, rows):
     """Every value of ``values`` (a client's X or y) at most ``MAX_MAGNITUDE`` in magnitude, and no feature
-    nonzero but below its reciprocal: the moments that set the units (and a fit's statistics) square them."""
-    size = np.abs(values.reshape(len(values), -1))
-    largest = size.max(axis=0)
-    huge = np.flatnonzero((size > MAX_MAGNITUDE).any(axis=1))
+    nonzero but below its reciprocal: the moments that set the units (and a fit's statistics) square them.
+    The rows are looked up only for an error."""
+    columns = values.reshape(len(values), -1)
+    largest = np.abs(columns).max(axis=0).astype(float)
     tiny = np.flatnonzero((largest > 0) & (largest < 1 / MAX_MAGNITUDE))
-    if huge.size:
-        problem = f"reaches magnitude {size[huge[0]].max():.3g} ({_where(huge, rows)}), whose square overflows"
+    if (largest > MAX_MAGNITUDE).any():
+        huge = np.flatnonzero((np.abs(columns) > MAX_MAGNITUDE).any(axis=1))
+        problem = f"reaches magnitude {largest.max():.3g} ({_where(huge, rows)}), whose square overflows"
     elif tiny.size:
         feature = f" (feature {tiny[0]})" if what == "X" else ""
         problem = f"{feature} is at most {largest[tiny[0]]:.3g} in magnitude, whose square underflows"
