@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 __all__ = ["Constraint", "integer", "real", "one_of", "boolean", "none", "function", "instance", "any_of",
-           "validate"]
+           "random_state", "validate"]
 
 
 class Constraint(NamedTuple):
@@ -57,6 +57,10 @@ def instance(*types, text):
 def any_of(*constraints):
     return Constraint(lambda v: any(c.accepts(v) for c in constraints),
                       " or ".join(c.description for c in constraints))
+
+
+#: A seed: None, an integer numpy accepts, or a RandomState (every random choice flows from it).
+random_state = any_of(none, integer(0, 2 ** 32 - 1), instance(np.random.RandomState, text="a numpy RandomState"))
 
 
 def validate(values, constraints):

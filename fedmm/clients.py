@@ -159,7 +159,8 @@ class LocalClients:
         self.folds = np.concatenate([client_fold(n, n_folds, seed) for n, seed in zip(self.n_samples, seeds)])
 
     def training(self, fold):
-        """The clients' rows outside ``fold``, as clients of their own (:func:`fedmm.algorithms.tuning.select_penalty`)."""
+        """The clients' rows outside ``fold``, as clients of their own
+        (:func:`fedmm.algorithms.tuning.select_penalty`)."""
         return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode)
 
     def held_out_loglik(self, fold, params):

@@ -108,7 +108,8 @@ class FederatedData:
         return FederatedData(X, self.y, self.offsets, self.client_ids, self.order, self.feature_names)
 
     @classmethod
-    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None, client_ids=None, model="the model"):
+    def from_input(cls, X, y=None, groups=None, *, require_y=False, n_features=None, client_ids=None,
+                   model="the model"):
         """Validate client data and pack it.
 
         Parameters

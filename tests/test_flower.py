@@ -300,3 +300,11 @@ def test_an_array_that_is_not_numbers_filling_its_shape_is_refused(array, error)
     content = RecordDict({"arrays": ArrayRecord({"theta": array})})
     with pytest.raises((ValueError, TypeError), match=error):
         arrays(content)
+
+
+def test_the_run_config_names_the_method_and_its_options():
+    from fedmm.flower.app import estimator_from_config
+    est = estimator_from_config({"model": "mor", "method": "fedgrem", "method-options": '{"penalty": "paper"}',
+                                 "settings": '{"max_iter": 7}'})
+    assert isinstance(est, FederatedMixtureRegression) and est.max_iter == 7
+    assert est.method.name == "fedgrem" and est.method.penalty == "paper"

@@ -88,7 +88,7 @@ class DFedEM(Strategy):
     _parameter_constraints = {
         "graph": P.any_of(P.one_of(*GRAPHS), P.instance(list, tuple, np.ndarray, text="an adjacency matrix"),
                           P.function),
-        "mixing": P.one_of(*MIXINGS), "n_gossip": P.integer(1), "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1), P.instance(np.random.RandomState, text="a numpy RandomState"))}
+        "mixing": P.one_of(*MIXINGS), "n_gossip": P.integer(1), "random_state": P.random_state}
     per_client = False
     default_init = "common"
     ascent = False

@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .. import _params as P
 from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import DFedEM, mixing_schedule
@@ -86,7 +87,7 @@ class DFedGrEM(FedGrEM):
     _parameter_constraints = {**{k: v for k, v in FedGrEM._parameter_constraints.items()
                                  if k not in ("participation", "dropout")},
                               "graph": DFedEM._parameter_constraints["graph"],
-                              "random_state": DFedEM._parameter_constraints["random_state"]}
+                              "random_state": P.random_state}
     client_server = False
     # A consensus per neighbourhood: every client's components count as its own (an upper bound, as local EM's).
     distinct_components = Strategy.distinct_components

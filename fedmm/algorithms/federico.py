@@ -148,7 +148,7 @@ class FedeRiCo(Strategy):
     name = "federico"
     _parameter_constraints = {"n_neighbors": P.integer(1), "epsilon": P.real(0.0, 1.0),
                               "beta": P.any_of(P.real(0.0, 1.0, low_open=True), P.none), "loss": P.one_of(*LOSSES),
-                              "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1), P.instance(np.random.RandomState, text="a numpy RandomState"))}
+                              "random_state": P.random_state}
 
     per_client = False
     sends_stats = True

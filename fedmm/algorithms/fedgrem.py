@@ -262,7 +262,8 @@ class FedGrEM(GradientStrategy):
         and the paper's ``lambda_t`` (pools as SURE does where clients are alike, is the paper's FedGrEM
         where they differ; ``docs/units.md``); "paper", App. B.1's schedule; "sure", chosen every round
         by Stein's unbiased estimate of the central update's squared error, trimmed over clients
-        (:func:`fedmm.algorithms.tuning.sure_penalty`); "auto", one of :data:`fedmm.algorithms.tuning.PENALTY_CANDIDATES` by
+        (:func:`fedmm.algorithms.tuning.sure_penalty`); "auto", one of
+        :data:`fedmm.algorithms.tuning.PENALTY_CANDIDATES` by
         5-fold cross-validated likelihood trimmed over clients and the one-standard-error rule
         (:meth:`tune`; each client deals and scores its own folds, also on Flower); "theory",
         Assumption A.7's recursion; a constant (``inf``: gradient FedEM) or a function of the round ``t``.
@@ -406,7 +407,8 @@ class FedGrEM(GradientStrategy):
         (and starting weights ``w0``) are given.
 
         With ``penalty="sure"``, ``lam`` is a pilot: its update's distances to the centre choose the round's
-        ``lambda`` (:func:`fedmm.algorithms.tuning.sure_penalty`), and the update is solved again when the choice differs;
+        ``lambda`` (:func:`fedmm.algorithms.tuning.sure_penalty`), and the update is solved again when the choice
+        differs;
         ``"sure-floored"`` takes the larger of that choice and the schedule's ``scheduled``; both settle by
         :func:`settle_penalty` (``memory``).
         """

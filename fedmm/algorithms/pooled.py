@@ -13,7 +13,8 @@ import numpy as np
 
 from ..families import MixtureParams, pool_stats
 from ..protocol import Broadcast
-from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, Strategy, em_update, grem_update, step_sizes
+from ._base import (CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, Strategy, em_update, grem_update,
+                    step_sizes)
 from .fedem import SharedComponents
 
 

@@ -37,7 +37,8 @@ import numpy as np
 
 from ..robust import TRIM, client_seeds, fold_sizes, kept_clients, one_standard_error, trimmed_mean
 
-__all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "select_penalty", "sure_risk", "sure_grid_risk", "noise_ratios", "alike_clients", "sure_penalty"]
+__all__ = ["PENALTY_CANDIDATES", "N_FOLDS", "SURE_GRID", "select_penalty", "sure_risk",
+           "sure_grid_risk", "noise_ratios", "alike_clients", "sure_penalty"]
 
 #: Candidates of ``penalty="auto"`` (FedGrEM's options for each), from less pooling to more: the default;
 #: the default with its floor at four times the paper's schedule (``C = 8``), which pools every client within

@@ -35,8 +35,7 @@ _SHARED_CONSTRAINTS = {
     "backend": P.one_of(*BACKENDS),
     "verbose": P.integer(0),
     "warm_start": P.boolean,
-    "random_state": P.any_of(P.none, P.integer(0, 2 ** 32 - 1),
-                             P.instance(np.random.RandomState, text="a numpy RandomState")),
+    "random_state": P.random_state,
 }
 #: What each estimator's initial values may be before they meet the data (shapes are checked against it).
 _ARRAY_OR_NONE = P.any_of(P.none, P.instance(list, tuple, np.ndarray, text="an array-like"))

@@ -45,7 +45,8 @@ server = ServerApp()
 def estimator_from_config(run_config):
     """The unfitted estimator a run config describes (the table above)."""
     cls = ESTIMATORS[MODELS[str(run_config.get("model", "gmm"))]]
-    method = METHODS[str(run_config.get("method", "fedgrem"))](**json.loads(str(run_config.get("method-options", "{}"))))
+    options = json.loads(str(run_config.get("method-options", "{}")))
+    method = METHODS[str(run_config.get("method", "fedgrem"))](**options)
     return cls(int(run_config.get("n-components", 5)), method=method,
                init=str(run_config.get("init", "local-em")), random_state=int(run_config.get("random-state", 0)),
                **json.loads(str(run_config.get("settings", "{}"))))
