@@ -1,6 +1,7 @@
 """Choosing the number of components (and the covariance type) of a federated mixture.
 
-Three criteria, each computed without pooling any data:
+Three criteria, each computed without pooling any data (``"auto"``, the default, is the method's own choice
+of them: ``"cv"`` for FedGrEM, ``"bic"`` for the others):
 
 - ``"bic"``: ``-2 loglik + log(n) * n_parameters`` (Schwarz 1978; lower is
   better), with the parameters the fit actually has
@@ -40,11 +41,12 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .data import FederatedData, SingularComponentWarning
+from .methods import make_method
 from .robust import TRIM, client_folds, one_standard_error, trimmed_mean
 
 __all__ = ["CRITERIA", "Selection", "select_n_components"]
 
-CRITERIA = ("bic", "icl", "cv")
+CRITERIA = ("auto", "bic", "icl", "cv")
 
 
 class Selection(NamedTuple):
@@ -91,7 +93,7 @@ class Selection(NamedTuple):
         return ax
 
 
-def select_n_components(estimator, X, y=None, groups=None, n_components=range(1, 10), criterion="bic",
+def select_n_components(estimator, X, y=None, groups=None, n_components=range(1, 10), criterion="auto",
                         covariance_types=None, n_folds=5, trim=TRIM, random_state=None):
     """Choose the number of components of a federated mixture by BIC, ICL or federated cross-validation.
 
@@ -102,7 +104,10 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
     X, y, groups
         The data, in any layout ``fit`` takes (``y`` for regressions only).
     n_components : iterable of int, default=range(1, 10)
-    criterion : {"bic", "icl", "cv"}, default="bic"
+    criterion : {"auto", "bic", "icl", "cv"}, default="auto"
+        "auto": the method's own (:attr:`fedmm.methods.Method.selection_criterion`): ``"cv"`` for FedGrEM,
+        whose effective parameter count falls as more components pool, so that BIC can prefer too many
+        (``docs/selection.md``), ``"bic"`` for the others.
     covariance_types : sequence of str, optional
         Gaussian mixtures: also compare these covariance types (default: the estimator's own).
     n_folds : int, default=5
@@ -118,6 +123,8 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
     """
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}.")
+    if criterion == "auto":
+        criterion = make_method(estimator.method).selection_criterion
     grid_R = [int(R) for R in n_components]
     if not grid_R or min(grid_R) < 1:
         raise ValueError(f"n_components must be a non-empty range of integers >= 1; got {list(grid_R)}.")

@@ -99,9 +99,9 @@ def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflat
     if not weighted:  # every block's size in the pooled variance, as before margins
         margin_free = np.ones((4, 3))
         strategy._with_margins = lambda central, *a, _f=strategy._with_margins: (_f(central, *a)[0], margin_free)
-    params, central, *_ = strategy._pool(messages, family, 8.0, 8.0, 1, False, 8.0, (np.nan, np.nan, 0.0),
+    params, grouped, *_ = strategy._pool(messages, family, 8.0, 8.0, 1, False, 8.0, (np.nan, np.nan, 0.0),
                                          start.weights)
-    assert central.pooled[:, 0].all()
+    assert grouped.central.pooled[:, 0].all()
     assert (params.scale[1:, 0].max() > 1.6) == inflated
 
 
@@ -349,7 +349,10 @@ def test_pooled_variances_let_thousands_of_small_clients_converge():
     centres = 3.0 * rng.standard_normal((5, 10))
     labels = rng.randint(5, size=(3000, 50))
     X = list(centres[labels] + rng.standard_normal((3000, 50, 10)))
-    fit = FederatedGaussianMixture(5, method=FedGrEM(center_restarts=0), init="local-em", random_state=0).fit(X)
+    # One centre: with several, local EM's poor optimum shared by 72 of these tiny clients becomes a group whose
+    # pooled EM crawls (434 rounds; docs/research/groups.md); the default start does not meet it.
+    fit = FederatedGaussianMixture(5, method=FedGrEM(center_restarts=0, n_centers=1), init="local-em",
+                                   random_state=0).fit(X)
     assert fit.converged_ and fit.n_iter_ < 200
 
 
@@ -406,6 +409,9 @@ def test_sure_settles_with_many_clients(penalty):
     """300 clients of the paper's design, a tenth outliers: SURE's choice alternated between two grid values
     every round and the fit met max_iter (500); it now settles and converges."""
     X, _ = make_federated_gmm(300, 50, outlier_clients=range(30), random_state=0)
-    fit = FederatedGaussianMixture(5, method=FedGrEM(penalty=penalty), init="trimmed-pooled", random_state=0).fit(X)
+    # One centre: the 30 outliers draw from one distribution and, with centres chosen, form a group of their own,
+    # whose five components on one Gaussian blob converge slowly (320 rounds), which this test is not about.
+    fit = FederatedGaussianMixture(5, method=FedGrEM(penalty=penalty, n_centers=1), init="trimmed-pooled",
+                                   random_state=0).fit(X)
     assert fit.converged_ and fit.n_iter_ < 100
     assert len(np.unique(fit.history_["penalty"][-10:])) == 1

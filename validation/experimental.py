@@ -10,7 +10,8 @@
 - ``pooling_sizes="component"``: each component's effective size ``n_k w_kr^[0] R`` in the central
   problem, thresholds included (:meth:`fedmm.algorithms.fedgrem.FedGrEM._sizes`).
 
-``validation/fedgrem_options.py`` measures them against the defaults.
+``validation/fedgrem_options.py`` measures them against the defaults. They were measured with one centre, so
+``n_centers`` defaults to 1 here (the margins read a single centre).
 """
 
 from fedmm import _params as P
@@ -27,10 +28,11 @@ class ExperimentalFedGrEM(FedGrEM):
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored", penalty_params=None,
                  center_restarts=1, pooling_sizes="information", pool_variances=True, central_tol=1e-10,
-                 central_max_iter=1000, participation=1.0, dropout=0.0, centre_margins=False, shrinkage="soft"):
+                 central_max_iter=1000, n_centers=1, participation=1.0, dropout=0.0, centre_margins=False,
+                 shrinkage="soft"):
         super().__init__(C_eta=C_eta, eta_rule=eta_rule, penalty=penalty, penalty_params=penalty_params,
                          center_restarts=center_restarts, pooling_sizes=pooling_sizes, pool_variances=pool_variances,
                          central_tol=central_tol, central_max_iter=central_max_iter, participation=participation,
-                         dropout=dropout)
+                         dropout=dropout, n_centers=n_centers)
         self.centre_margins = centre_margins
         self.shrinkage = shrinkage

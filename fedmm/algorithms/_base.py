@@ -184,6 +184,17 @@ class Strategy(BaseEstimator, ABC):
         """The consensus component parameters (R, p) in the fitting units, or None when there is none."""
         return None
 
+    #: The criterion :func:`fedmm.selection.select_n_components` uses by default: ``"bic"`` where the parameter count
+    #: does not depend on how far the fit pooled, ``"cv"`` where it does (FedGrEM).
+    selection_criterion = "bic"
+
+    def groups(self, diagnostics):
+        """``(centers, labels)``: the consensus of every group of clients (G, R, p), the largest first, and each
+        client's group (K,); None when there is no consensus. One group holding every client unless the method
+        finds groups (FedGrEM's ``n_centers``)."""
+        center = self.center(diagnostics)
+        return None if center is None else (center[None], None)
+
     def fitted_attributes(self, result, client_ids, n_k):
         """Strategy-specific fitted attributes of the estimator (name -> value)."""
         return {}

@@ -79,6 +79,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import prange
+from scipy.optimize import linear_sum_assignment
 from scipy.stats import chi2
 
 from ..robust import kept_clients
@@ -431,3 +432,218 @@ def _soft_threshold(u, threshold, metric=None, norm=None):
     with np.errstate(divide="ignore", invalid="ignore"):
         shrink = np.where(norm > threshold[..., None], 1.0 - threshold[..., None] / norm, 0.0)
     return shrink * u
+
+
+class GroupedResult(NamedTuple):
+    """The central problem with several centres (:func:`grouped_central_update`).
+
+    Attributes
+    ----------
+    central : CentralResult
+        The solution, its ``center`` of shape (K, R, p): each client's own group's centre.
+    labels : ndarray of shape (K,), int
+        Each client's group, ``0`` the largest.
+    centers : ndarray of shape (G, R, p)
+        The groups' centres.
+    objective : float
+        The central objective at the solution, summed over the groups (without the centres' cost).
+    main_distance : ndarray of shape (K, R)
+        ``||theta_kr - nu_bar_0r||``: every client's distance to the largest group's centre.
+    """
+
+    central: CentralResult
+    labels: np.ndarray
+    centers: np.ndarray
+    objective: float
+    main_distance: np.ndarray
+
+
+def huber_costs(theta, centers, threshold, weights, metric=None):
+    """``c_kg = sum_r omega_kr H(||theta_kr - nu_bar_gr||; lambda / sqrt(n_kr))`` (K, G): client ``k``'s term of
+    the central objective with ``nu_k`` profiled out, were its centre group ``g``'s.
+
+    ``H(u; t) = u^2 / 2`` up to ``t`` and ``t u - t^2 / 2`` beyond (the module docstring's Huber loss, per unit
+    weight): the cost of the clients' assignment step in :func:`grouped_central_update`.
+    """
+    u = _norm(theta[:, None] - centers[None], None if metric is None else metric[:, None])         # (K, G, R)
+    t = threshold[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        h = np.where(u <= t, 0.5 * u * u, t * u - 0.5 * t * t)
+    return np.where(weights[:, None] > 0, weights[:, None] * h, 0.0).sum(axis=-1)
+
+
+def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=2, max_groups=None, weights=None,
+                           metric=None, tol=1e-10, max_iter=1000, max_rounds=50):
+    """FedGrEM's central problem with several centres, the clients assigned to them (fedmm's, beyond the paper).
+
+    Clustered federated learning (IFCA: Ghosh et al., 2020) with FedGrEM's robust central problem in each
+    group: for ``G`` groups,
+
+        min_{g, nu, nu_bar_1..nu_bar_G}  sum_k  n_k/2 ||nu_k - theta_k||^2 + sqrt(n_k) lambda ||nu_k - nu_bar_g(k)||
+                                             + G * centre_cost,
+
+    solved by alternating the groups' central problems (:func:`central_update` on each group's clients) and
+    the assignment of every client to the centre of least Huber cost (:func:`huber_costs`): neither step
+    raises the objective. ``G`` is chosen greedily from ``labels``: a centre is added at the client whose
+    estimate would save the others most, and the smallest group's centre removed, while either lowers the
+    objective plus ``G * centre_cost`` without adding a group that has fewer than ``min_clients`` clients
+    pooled onto its centre (:func:`_unsupported`): clients far from the others and from each other (outliers)
+    stay unpooled in their nearest group rather than get a centre of their own. With ``G = 1`` this is
+    :func:`central_update`.
+
+    Parameters
+    ----------
+    theta, n_k, lam, weights, metric, tol, max_iter
+        As in :func:`central_update`.
+    labels : ndarray of shape (K,), int, or None
+        The groups to start from (last round's); None: one group.
+    centre_cost : float
+        The cost of a centre in the objective's units; ``inf`` keeps the groups of ``labels``.
+    min_clients : int
+        The fewest clients a group holds, and the fewest pooled onto a centre a step adds.
+    max_groups : int, optional
+        The most groups; ``K // min_clients`` by default.
+    max_rounds : int
+        Cap on the alternations for one ``G``.
+
+    Returns
+    -------
+    GroupedResult
+    """
+    theta = np.asarray(theta, dtype=float)
+    K = len(theta)
+    sizes = _per_block(n_k, theta)
+    omega = sizes if weights is None else _per_block(weights, theta)
+    with np.errstate(divide="ignore"):
+        threshold = lam / np.sqrt(sizes)
+    max_groups = K // min_clients if max_groups is None else max_groups
+    solve = dict(weights=weights, metric=metric, tol=tol, max_iter=max_iter)
+
+    def solved(labels):
+        """Alternate solving and assigning from ``labels`` until no client moves: (labels, parts, centres, cost)."""
+        for rounds_left in range(max_rounds - 1, -1, -1):
+            labels = _relabelled(labels)
+            parts = [_part_update(theta, n_k, lam, labels == g, solve) for g in range(labels.max() + 1)]
+            centers = np.stack([part.center for part in parts])
+            cost = huber_costs(theta, centers, threshold, omega, metric)
+            new = _assigned(cost, labels, min_clients)
+            if (new == labels).all() or not rounds_left:
+                break
+            labels = new
+        return labels, parts, centers, cost
+
+    def value(state):
+        labels, _, centers, cost = state
+        return cost[np.arange(K), labels].sum() + len(centers) * centre_cost
+
+    best = solved(np.zeros(K, dtype=int) if labels is None else np.asarray(labels))
+    while np.isfinite(centre_cost):
+        trials = []
+        if best[2].shape[0] < max_groups:
+            trials.append(_with_centre(best, theta, threshold, omega, metric, min_clients))
+        if best[2].shape[0] > 1:
+            trials.append(_without_smallest(best))
+        trials = [solved(t) for t in trials if t is not None]
+        unsupported = _unsupported(best, min_clients)
+        better = [t for t in trials if value(t) < value(best) and _unsupported(t, min_clients) <= unsupported]
+        if not better:
+            break
+        best = min(better, key=value)
+    labels, parts, centers, cost = best
+    central = _joined(parts, labels, theta)
+    return GroupedResult(central, labels, centers, float(cost[np.arange(K), labels].sum()),
+                         np.where(labels[:, None] == 0, central.distance, _norm(theta - centers[0], metric)))
+
+
+def _unsupported(state, min_clients):
+    """How many groups have fewer than ``min_clients`` clients pooled onto their centre (at least half of their
+    components). Clients far from every centre, and from each other (outliers), are nearer a centre put among
+    them than the others' and would lower the objective by it, but pool onto none: a step may not add such a
+    group. (A step may leave one, as a first centre between two groups is until the second gets its own.)"""
+    return sum((part.pooled.mean(axis=1) >= 0.5).sum() < min_clients for part in state[1])
+
+
+def _part_update(theta, n_k, lam, members, solve):
+    """:func:`central_update` of the clients ``members``."""
+    take = lambda a: None if a is None else np.asarray(a).reshape(len(theta), -1)[members]  # noqa: E731
+    metric = solve["metric"]
+    return central_update(theta[members], take(n_k), lam, weights=take(solve["weights"]),
+                          metric=None if metric is None else metric[members], tol=solve["tol"],
+                          max_iter=solve["max_iter"])
+
+
+def _relabelled(labels):
+    """Groups numbered ``0, 1, ...`` by decreasing size (ties by first client): group 0 is the largest."""
+    groups, first, counts = np.unique(labels, return_index=True, return_counts=True)
+    order = np.lexsort((first, -counts))
+    rank = np.empty(len(groups), dtype=int)
+    rank[order] = np.arange(len(groups))
+    return rank[np.searchsorted(groups, labels)]
+
+
+def _assigned(cost, labels, min_clients):
+    """Every client to its cheapest centre, a group left with fewer than ``min_clients`` dissolved into the
+    others (its clients to their next cheapest)."""
+    cost = cost.copy()
+    while True:
+        new = cost.argmin(axis=1)
+        counts = np.bincount(new, minlength=cost.shape[1])
+        small = np.flatnonzero((counts > 0) & (counts < min_clients))
+        if small.size == 0 or cost.shape[1] - np.isinf(cost[0]).sum() <= 1:
+            return new
+        cost[:, small[np.argmin(counts[small])]] = np.inf
+
+
+def _with_centre(state, theta, threshold, omega, metric, min_clients, n_candidates=32):
+    """The labels with a new group around the client whose estimate, as a centre, saves the clients it gathers
+    most (among the ``n_candidates`` costliest clients), or None if no candidate gathers ``min_clients``."""
+    labels, _, centers, cost = state
+    own = cost[np.arange(len(theta)), labels]
+    candidates = np.argsort(-own, kind="stable")[:n_candidates]
+    trial = huber_costs(theta, theta[candidates], threshold, omega, metric)                 # (K, C)
+    # A client gathers round a candidate where it gains and would pool there: at least half of its components
+    # within twice their threshold of the candidate's (the candidate's own noise doubles the distance).
+    near = _norm(theta[:, None] - theta[candidates][None], None if metric is None else metric[:, None])
+    gathered = (own[:, None] > trial) & ((near <= 2.0 * threshold[:, None]).mean(axis=-1) >= 0.5)
+    new = [not _relabels(theta[c], centers, 2.0 * threshold[c]) for c in candidates]
+    saving = np.where((gathered.sum(axis=0) >= min_clients) & new, np.where(gathered, own[:, None] - trial, 0.0).sum(0),
+                      0.0)
+    if not saving.max() > 0:
+        return None
+    return np.where(gathered[:, np.argmax(saving)], labels.max() + 1, labels)
+
+
+def _relabels(estimate, centers, reach):
+    """Whether a client's ``estimate`` (R, p) is some centre's components in another order: at least half of
+    them within ``reach`` (R,) of a centre's under the best matching. Label alignment leaves some clients in
+    another labelling (or in a local optimum that shares components with the centre); they are the same
+    population, and a centre of their own would split it by labelling (3,000 clients of 50 samples from one
+    mixture: 21 groups)."""
+    for center in centers:
+        d = np.sqrt(((estimate[:, None] - center[None]) ** 2).sum(axis=-1))                  # (R, R)
+        rows, cols = linear_sum_assignment(d)
+        if (d[rows, cols] <= reach[rows]).mean() >= 0.5:
+            return True
+    return False
+
+
+def _without_smallest(state):
+    """The labels with the smallest group's clients moved to their next cheapest centre."""
+    labels, _, _, cost = state
+    smallest = labels.max()
+    cost = cost.copy()
+    cost[:, smallest] = np.inf
+    return np.where(labels == smallest, cost.argmin(axis=1), labels)
+
+
+def _joined(parts, labels, theta):
+    """The groups' solutions as one :class:`CentralResult` over all clients, ``center`` per client."""
+    K, R, p = theta.shape
+    nu, center = np.empty_like(theta), np.empty_like(theta)
+    pooled, distance, threshold = np.empty((K, R), bool), np.empty((K, R)), np.empty((K, R))
+    for g, part in enumerate(parts):
+        members = labels == g
+        nu[members], center[members], pooled[members] = part.nu, part.center, part.pooled
+        distance[members], threshold[members] = part.distance, part.threshold
+    return CentralResult(nu, center, pooled, distance, threshold, sum(part.n_iter for part in parts),
+                         all(part.converged for part in parts))

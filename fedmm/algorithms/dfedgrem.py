@@ -85,19 +85,21 @@ class DFedGrEM(FedGrEM):
 
     name = "d-fedgrem"
     _parameter_constraints = {**{k: v for k, v in FedGrEM._parameter_constraints.items()
-                                 if k not in ("participation", "dropout")},
+                                 if k not in ("participation", "dropout", "n_centers")},
                               "graph": DFedEM._parameter_constraints["graph"],
                               "random_state": P.random_state}
     client_server = False
     # A consensus per neighbourhood: every client's components count as its own (an upper bound, as local EM's).
     distinct_components = Strategy.distinct_components
+    groups = Strategy.groups
+    selection_criterion = Strategy.selection_criterion
 
     def __init__(self, graph="erdos-renyi", C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored",
                  penalty_params=None, center_restarts=1, pooling_sizes="client", pool_variances=True,
                  central_tol=1e-10, central_max_iter=1000, random_state=None):
         super().__init__(C_eta=C_eta, eta_rule=eta_rule, penalty=penalty, penalty_params=penalty_params,
                          center_restarts=center_restarts, pooling_sizes=pooling_sizes, pool_variances=pool_variances,
-                         central_tol=central_tol, central_max_iter=central_max_iter)
+                         central_tol=central_tol, central_max_iter=central_max_iter, n_centers=1)
         self.graph = graph
         self.random_state = random_state
 
@@ -118,15 +120,17 @@ class DFedGrEM(FedGrEM):
             lam = self._pilot(None if state.lam is None else state.lam[k], scheduled, t)
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
             memory = (np.nan, np.nan, 0.0) if state.lam_memory is None else state.lam_memory[k]
-            params, central, sigma, scale_pooled, warned, lam, memory = self._pool(
-                take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory, state.w0[near])
+            params, grouped, sigma, scale_pooled, warned, lam, memory = self._pool(
+                take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory, state.w0[near], None)
+            central = grouped.central
             memories.append(memory)
             i = np.searchsorted(near, k)
             rows.append(take(params, i))
             accounts.append(Consensus(central.center[None] * sigma, central.pooled[i:i + 1],
                                       central.distance[i:i + 1], central.threshold[i:i + 1],
                                       np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1],
-                                      np.array([[objective_scale(lam, scheduled)]])))
+                                      np.array([[objective_scale(lam, scheduled)]]), np.array([k]),
+                                      central.center[None] * sigma, central.distance[i:i + 1]))
             lams.append(lam)
             iterations = max(iterations, central.n_iter)
         params = stack(rows)

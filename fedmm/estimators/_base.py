@@ -183,7 +183,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
         self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
-        self._set_center(family, params, strategy.center(result.diagnostics), units)
+        self._set_centers(family, params, strategy.groups(result.diagnostics), units)
         for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
@@ -218,15 +218,20 @@ class _FederatedMixture(BaseEstimator, ABC):
             result = result._replace(params=params)
         return result, alignment
 
-    def _set_center(self, family, params, center, units):
-        """The consensus parameters: the strategy's (FedGrEM's ``nu_bar``, the shared estimate of FedEM and
-        the pooled methods), else the coordinate-wise median of the (aligned) client estimates. Variances of
-        the centre: ``family.center_scale``, the clients' median."""
-        if center is None:
-            center = client_median(params.theta)
+    def _set_centers(self, family, params, groups, units):
+        """The consensus parameters of every group of clients (:meth:`fedmm.methods.Method.groups`), the
+        largest first: the strategy's (FedGrEM's ``nu_bar``, the shared estimate of FedEM and the pooled
+        methods), else the coordinate-wise median of the (aligned) client estimates. Variances of each
+        centre: ``family.center_scale``, its group's clients' median."""
+        if groups is None:
+            self._centers = [(client_median(params.theta), family.center_scale(params.scale))]
         else:
-            center = family.to_original(MixtureParams(None, center[None], params.scale[:1]), units).theta[0]
-        self._center = (center, family.center_scale(params.scale))
+            centers, labels = groups
+            labels = np.zeros(len(params.theta), dtype=int) if labels is None else labels
+            original = family.to_original(MixtureParams(None, centers, params.scale[:len(centers)]), units).theta
+            self._centers = [(center, family.center_scale(params.scale[labels == g]))
+                             for g, center in enumerate(original)]
+        self._center = self._centers[0]
 
     def _personalize(self, X, y):
         """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2):
@@ -238,12 +243,22 @@ class _FederatedMixture(BaseEstimator, ABC):
                                         require_y=self._family.needs_y)
         self._check_feature_names(data.feature_names)
         data = data.with_X(self._family.design(data.X))
-        center, scale = self._center
         K, R = data.n_clients, self.n_components
-        params = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(center, (K,) + center.shape),
-                               np.broadcast_to(scale, (K,) + scale.shape))
-        weights = fit_weights(self._family, data, params, max_iter=self.max_iter, tol=self.tol)
-        clients = [ClientMixture(self, params._replace(weights=weights).take([k])) for k in range(K)]
+        best, best_loglik = None, np.full(K, -np.inf)
+        # Where the clients formed groups, a new client joins the group whose centre fits its data best.
+        for center, scale in self._centers:
+            params = MixtureParams(np.full((K, R), 1.0 / R), np.broadcast_to(center, (K,) + center.shape),
+                                   np.broadcast_to(scale, (K,) + scale.shape))
+            params = params._replace(weights=fit_weights(self._family, data, params, max_iter=self.max_iter,
+                                                         tol=self.tol))
+            loglik = self._family.estep(data, params)[0]
+            if best is None:
+                best = params
+            better = loglik > best_loglik
+            best = MixtureParams(*(np.where(better.reshape((K,) + (1,) * (a.ndim - 1)), a, b)
+                                   for a, b in zip(params, best)))
+            best_loglik = np.maximum(loglik, best_loglik)
+        clients = [ClientMixture(self, best.take([k])) for k in range(K)]
         return clients if many else clients[0]
 
     def _client_params(self, client):
@@ -556,10 +571,14 @@ _SHARED_ATTRS_DOC = """
         ``"log_likelihood"`` (mean per sample, at the round's start),
         ``"parameter_change"``, ``"messages"`` and ``"floats"`` sent in the round
         (``docs/decentralized.md``, "Communication"), and for FedGrEM ``"penalty"`` (``lambda_t``),
-        ``"central_iterations"`` and ``"pooled_fraction"``.
+        ``"central_iterations"``, ``"pooled_fraction"`` and ``"groups"``.
     center_ : ndarray of shape (n_components, n_features)
-        The consensus: FedGrEM's ``nu_bar``, the shared estimate of FedEM and
+        The consensus: FedGrEM's ``nu_bar`` (its largest group's), the shared estimate of FedEM and
         the pooled methods, the median of the client estimates otherwise.
+    centers_ : ndarray of shape (n_groups, n_components, n_features)
+        Every group's consensus, the largest first (FedGrEM's ``n_centers``; one group otherwise).
+    groups_ : ndarray of shape (n_clients,)
+        FedGrEM only: each client's group, 0 the largest (``docs/fedgrem.md``, "Groups of clients").
     pooled_, distance_to_center_ : ndarray of shape (n_clients, n_components)
         FedGrEM and d-FedGrEM (per neighbourhood): whether the last central update pooled each client's
         component onto the centre, and how far its local estimate was.

@@ -100,6 +100,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         P = self.precisions_cholesky_
         self.precisions_ = P @ np.swapaxes(P, -1, -2) if kind in ("full", "tied") else P ** 2
         self.center_ = self._center[0]
+        self.centers_ = np.stack([center for center, _ in self._centers])
 
     def personalize(self, X):
         """The mixture of a client unseen at training: its own proportions, components fixed at ``center_``.

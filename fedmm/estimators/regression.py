@@ -101,6 +101,9 @@ class FederatedMixtureRegression(_FederatedMixture):
         center = self._center[0]
         self.center_ = center[:, :d]
         self.center_intercept_ = center[:, d] if self.fit_intercept else np.zeros(len(center))
+        centers = np.stack([center for center, _ in self._centers])
+        self.centers_ = centers[..., :d]
+        self.centers_intercept_ = centers[..., d] if self.fit_intercept else np.zeros(centers.shape[:2])
 
     def personalize(self, X, y):
         """The mixture of a client unseen at training: its own proportions, components fixed at the centre.
