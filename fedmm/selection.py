@@ -1,7 +1,8 @@
 """Choosing the number of components (and the covariance type) of a federated mixture.
 
-Three criteria, each computed without pooling any data (``"auto"``, the default, is the method's own choice
-of them: ``"cv"`` for FedGrEM, ``"bic"`` for the others):
+Three criteria, each computed without pooling any data, and ``"fewest"``, the fewer components of BIC's and
+cross-validation's choices (``"auto"``, the default, is the method's own choice: ``"fewest"`` for FedGrEM,
+``"bic"`` for the others):
 
 - ``"bic"``: ``-2 loglik + log(n) * n_parameters`` (Schwarz 1978; lower is
   better), with the parameters the fit actually has
@@ -46,7 +47,7 @@ from .robust import TRIM, client_folds, one_standard_error, trimmed_mean
 
 __all__ = ["CRITERIA", "Selection", "select_n_components"]
 
-CRITERIA = ("auto", "bic", "icl", "cv")
+CRITERIA = ("auto", "bic", "icl", "cv", "fewest")
 
 
 class Selection(NamedTuple):
@@ -104,18 +105,19 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
     X, y, groups
         The data, in any layout ``fit`` takes (``y`` for regressions only).
     n_components : iterable of int, default=range(1, 10)
-    criterion : {"auto", "bic", "icl", "cv"}, default="auto"
-        "auto": the method's own (:attr:`fedmm.methods.Method.selection_criterion`): ``"cv"`` for FedGrEM,
-        whose effective parameter count falls as more components pool, so that BIC can prefer too many
-        (``docs/selection.md``), ``"bic"`` for the others.
+    criterion : {"auto", "bic", "icl", "cv", "fewest"}, default="auto"
+        "fewest": the fewer components of BIC's and cross-validation's choices (the latter's on a tie; the
+        table's ``"score"`` is cross-validation's, ``"bic"`` BIC's). "auto": the method's own
+        (:attr:`fedmm.methods.Method.selection_criterion`): ``"fewest"`` for FedGrEM, where each of the two
+        can prefer too many components when clients differ (``docs/selection.md``), ``"bic"`` for the others.
     covariance_types : sequence of str, optional
         Gaussian mixtures: also compare these covariance types (default: the estimator's own).
     n_folds : int, default=5
-        Folds within every client for ``"cv"``.
+        Folds within every client for ``"cv"`` and ``"fewest"``.
     trim : float, default=0.2
-        ``"cv"``: fraction of clients with the lowest held-out likelihood left out of the mean.
+        ``"cv"``, ``"fewest"``: fraction of clients with the lowest held-out likelihood left out of the mean.
     random_state : int, RandomState or None
-        The folds of ``"cv"``.
+        The folds of ``"cv"`` and ``"fewest"``.
 
     Returns
     -------
@@ -133,40 +135,47 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
         raise ValueError("covariance_types is for Gaussian mixtures; this estimator has no covariance_type.")
     kinds = list(covariance_types) if covariance_types is not None else \
         [estimator.covariance_type] if has_covariance else [None]
-    if criterion == "cv" and not (isinstance(n_folds, (int, np.integer)) and n_folds >= 2):
+    if criterion in ("cv", "fewest") and not (isinstance(n_folds, (int, np.integer)) and n_folds >= 2):
         raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}.")
     needs_y = estimator.needs_y
     data = FederatedData.from_input(X, y, groups, require_y=needs_y)
     clients = [data.client_data(k) for k in range(data.n_clients)]
     Xs = [c.X for c in clients]
     ys = [c.y for c in clients] if needs_y else None
-    folds = client_folds(data.n_samples, n_folds, check_random_state(random_state)) if criterion == "cv" else None
-
-    settings, scores = [], []
-    for kind in kinds:
-        for R in grid_R:
-            params = {"n_components": R, **({"covariance_type": kind} if kind is not None else {})}
-            settings.append(params)
-            scores.append(_score(clone(estimator).set_params(**params), Xs, ys, criterion, folds, n_folds))
-    if criterion == "cv":
-        # (settings, K'): the clients with held-out samples (a client with one keeps it for training, client_fold)
-        client_scores = np.array(scores)[:, data.n_samples > 1]
-        scores = np.array([-trimmed_mean(c, trim) for c in client_scores])
-        fewest_first = np.argsort([s["n_components"] for s in settings], kind="stable")
-        best = settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]]
-    else:
-        scores = np.array(scores)
-        if np.isnan(scores).all():
-            raise ValueError(f"Every setting's fit has singular components (fewer samples than a component's own "
-                             f"variance needs), so none has a {criterion.upper()}: try fewer components, a simpler "
-                             "covariance_type or noise model, or criterion='cv'.")
-        best = settings[int(np.nanargmin(scores))]
+    settings = [{"n_components": R, **({"covariance_type": kind} if kind is not None else {})}
+                for kind in kinds for R in grid_R]
     table = {"n_components": np.array([s["n_components"] for s in settings]),
-             "covariance_type": np.array([s.get("covariance_type") for s in settings], dtype=object),
-             "score": scores}
+             "covariance_type": np.array([s.get("covariance_type") for s in settings], dtype=object)}
+    score = lambda name: _choice(estimator, Xs, ys, settings, name, data.n_samples, n_folds, trim,  # noqa: E731
+                                 random_state)
+    if criterion == "fewest":
+        # Each criterion errs towards too many components in its own way (docs/selection.md): the fewer wins,
+        # held-out likelihood's on a tie.
+        (cv, table["score"]), (bic, table["bic"]) = score("cv"), score("bic")
+        best = min((cv, bic), key=lambda choice: choice["n_components"])
+    else:
+        best, table["score"] = score(criterion)
     refit = clone(estimator).set_params(**best)
     refit.fit(Xs, ys) if needs_y else refit.fit(Xs)
     return Selection(criterion, table, best, refit)
+
+
+def _choice(estimator, Xs, ys, settings, criterion, n_samples, n_folds, trim, random_state):
+    """``(best setting, scores)`` of one criterion over the grid ``settings`` (lower scores are better)."""
+    folds = client_folds(n_samples, n_folds, check_random_state(random_state)) if criterion == "cv" else None
+    scores = [_score(clone(estimator).set_params(**params), Xs, ys, criterion, folds, n_folds) for params in settings]
+    if criterion == "cv":
+        # (settings, K'): the clients with held-out samples (a client with one keeps it for training, client_fold)
+        client_scores = np.array(scores)[:, n_samples > 1]
+        fewest_first = np.argsort([s["n_components"] for s in settings], kind="stable")
+        return (settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]],
+                np.array([-trimmed_mean(c, trim) for c in client_scores]))
+    scores = np.array(scores)
+    if np.isnan(scores).all():
+        raise ValueError(f"Every setting's fit has singular components (fewer samples than a component's own "
+                         f"variance needs), so none has a {criterion.upper()}: try fewer components, a simpler "
+                         "covariance_type or noise model, or criterion='cv'.")
+    return settings[int(np.nanargmin(scores))], scores
 
 
 def _score(model, Xs, ys, criterion, folds, n_folds):

@@ -186,3 +186,29 @@ def test_cross_validation_scores_only_clients_with_held_out_samples():
                                     criterion="cv", n_folds=3, trim=0.0, random_state=0)
     in_sample = np.mean([selection.best_estimator.score_samples(x, client=k).mean() for k, x in enumerate(X[:4])])
     assert abs(-selection.table["score"][0] - in_sample) < 0.5
+
+
+def test_the_default_criterion_is_the_methods_own(data):
+    """criterion="auto": for FedGrEM, whose parameter count falls as components pool, the fewer of BIC's and
+    held-out likelihood's choices (issue 43: each alone missed on heterogeneous federations); BIC for the
+    others."""
+    assert FedGrEM().selection_criterion == "fewest"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fedgrem = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), data,
+                                      n_components=[2, 3], random_state=0)
+        fedem = select_n_components(FederatedGaussianMixture(method="fedem", max_iter=50, random_state=0), data,
+                                    n_components=[2, 3], random_state=0)
+    assert fedgrem.criterion == "fewest" and fedem.criterion == "bic"
+    assert set(fedgrem.table) == {"n_components", "covariance_type", "score", "bic"}
+    assert fedgrem.best_params["n_components"] == fedem.best_params["n_components"] == 3
+
+
+def test_fewest_takes_the_fewer_components_of_bic_and_cv(data, monkeypatch):
+    import fedmm.selection as selection
+    picks = {"cv": {"n_components": 3, "covariance_type": "diag"}, "bic": {"n_components": 2, "covariance_type": "diag"}}
+    monkeypatch.setattr(selection, "_choice", lambda est, Xs, ys, settings, name, *a: (picks[name], np.zeros(2)))
+    model = FederatedGaussianMixture(max_iter=20, random_state=0)
+    assert select_n_components(model, data, n_components=[2, 3], criterion="fewest").best_params == picks["bic"]
+    picks["bic"] = {"n_components": 3, "covariance_type": "spherical"}          # a tie: cross-validation's
+    assert select_n_components(model, data, n_components=[2, 3], criterion="fewest").best_params == picks["cv"]
