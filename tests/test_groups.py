@@ -69,6 +69,17 @@ def test_clients_in_another_labelling_are_not_a_group():
     assert len(_grouped(theta).centers) == 1
 
 
+def test_clients_that_keep_one_of_the_populations_components_are_not_a_group():
+    """Four clients alike in a poor local optimum that keeps one of the population's components (the others
+    merged and split elsewhere) belong to the population; groups differ in every component."""
+    theta, _ = _clients([10], 2)
+    theta[:4, 1:] = theta[:4, 1:].mean(axis=1, keepdims=True) + 3.0 + np.sqrt(R / N) * np.random.RandomState(
+        2).randn(4, R - 1, p)
+    assert len(_grouped(theta).centers) == 1
+    theta[:4, 0] += 8.0                                          # now every component differs: a group
+    assert len(_grouped(theta).centers) == 2
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), order_seed=st.integers(0, 10 ** 6))
 def test_client_order_does_not_matter(seed, order_seed):
