@@ -343,7 +343,8 @@ class FedGrEM(GradientStrategy):
     default_init = "pooled-and-local"
     # The group lasso's parameter count falls as more components pool, and BIC rewarded that with too many
     # components where clients differ (issue 43: 6 of 10 seeds at R = 5); held-out likelihood rewards extra
-    # components that absorb the clients' differences (8 of 10 at R = 2). Each errs upwards: the fewer wins.
+    # components that absorb the clients' differences (7 of 10 at R = 2). Each errs upwards: the fewer wins:
+    # 10 of 10 in every case (validation/selection_heterogeneous.py).
     selection_criterion = "fewest"
     stop_on = "parameter_change"
     # The central update trades likelihood for pooling: no objective climbs every round. Its clients' gradient
