@@ -144,3 +144,17 @@ def test_a_new_client_joins_the_group_whose_centre_fits_it():
     for x, g in zip([x for x, h in zip(X, held) if h], groups[held]):
         group = gm.groups_[trained == g][0]
         np.testing.assert_array_equal(gm.personalize(x).params_.theta[0], gm.centers_[group])
+
+
+def test_mixtures_of_regressions_get_a_centre_per_group():
+    """Two groups of four clients, each with its own three regression lines: the centres follow the groups, in
+    the regressions' information metric."""
+    from fedmm import FederatedMixtureRegression
+    from fedmm.simulate import make_federated_mor
+    parts = [make_federated_mor(4, 150, centers=3.0 * np.random.RandomState(g).randn(3, 4), random_state=g)
+             for g in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = FederatedMixtureRegression(3, random_state=0).fit(parts[0][0] + parts[1][0], parts[0][1] + parts[1][1])
+    assert adjusted_rand_score(np.repeat([0, 1], 4), model.groups_) == 1.0
+    assert model.centers_.shape == (2, 3, 4) and model.centers_intercept_.shape == (2, 3)
