@@ -137,7 +137,8 @@ def test_the_selection_plot(data, tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib
     matplotlib.use("Agg")
-    selection = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), data, n_components=[2, 3])
+    selection = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), data, n_components=[2, 3],
+                                    criterion="bic")
     ax = selection.plot()
     ax.figure.savefig(tmp_path / "selection.png")
     assert (tmp_path / "selection.png").stat().st_size > 0
@@ -154,7 +155,7 @@ def test_bic_prefers_full_covariances_for_correlated_components():
         X.append(np.array([[0.0, 0.0], [8.0, 0.0]])[z] + np.einsum("nij,nj->ni", np.linalg.cholesky(cov)[z],
                                                                   rng.randn(300, 2)))
     selection = select_n_components(FederatedGaussianMixture(random_state=0), X, n_components=[1, 2, 3, 4],
-                                    covariance_types=["diag", "tied", "full"])
+                                    covariance_types=["diag", "tied", "full"], criterion="bic")
     assert selection.best_params == {"n_components": 2, "covariance_type": "full"}
 
 
