@@ -158,3 +158,16 @@ def test_mixtures_of_regressions_get_a_centre_per_group():
         model = FederatedMixtureRegression(3, random_state=0).fit(parts[0][0] + parts[1][0], parts[0][1] + parts[1][1])
     assert adjusted_rand_score(np.repeat([0, 1], 4), model.groups_) == 1.0
     assert model.centers_.shape == (2, 3, 4) and model.centers_intercept_.shape == (2, 3)
+
+
+def test_one_clients_claimed_size_does_not_price_the_centres():
+    """A centre's BIC cost counts K clients of the median size: one client claiming 1e300 samples (a cost 100 times larger, priced by the sum) leaves it."""
+    from fedmm.methods import FedGrEM
+    theta, _ = _clients([4, 4, 4], 0, outliers=1)
+    solve = dict(weights=None, metric=None, tol=1e-10, max_iter=1000)
+    honest = np.full(len(theta), N)
+    claimed = honest.copy()
+    claimed[-1] = 1e300
+    a, b = (FedGrEM()._central(theta, np.full(len(theta), N), LAM, None, n, solve) for n in (honest, claimed))
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert len(b.centers) == 3

@@ -445,8 +445,6 @@ class GroupedResult(NamedTuple):
         Each client's group, ``0`` the largest.
     centers : ndarray of shape (G, R, p)
         The groups' centres.
-    objective : float
-        The central objective at the solution, summed over the groups (without the centres' cost).
     main_distance : ndarray of shape (K, R)
         ``||theta_kr - nu_bar_0r||``: every client's distance to the largest group's centre.
     """
@@ -454,7 +452,6 @@ class GroupedResult(NamedTuple):
     central: CentralResult
     labels: np.ndarray
     centers: np.ndarray
-    objective: float
     main_distance: np.ndarray
 
 
@@ -564,9 +561,9 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
         if not better:
             break
         best = min(better, key=value)
-    labels, parts, centers, cost = best
+    labels, parts, centers, _ = best
     central = _joined(parts, labels, theta)
-    return GroupedResult(central, labels, centers, float(cost[np.arange(K), labels].sum()),
+    return GroupedResult(central, labels, centers,
                          np.where(labels[:, None] == 0, central.distance, _norm(theta - centers[0], metric)))
 
 

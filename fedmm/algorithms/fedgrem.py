@@ -443,14 +443,14 @@ class FedGrEM(GradientStrategy):
         theta, (sizes, weights) = messages.theta / sigma, self._blocks(messages.n, w0)
         solve = dict(weights=weights, metric=family.central_metric(messages.stats), tol=self.central_tol,
                      max_iter=self.central_max_iter)
-        grouped = self._central(theta, sizes, lam, labels, messages.n.sum(), solve)
+        grouped = self._central(theta, sizes, lam, labels, messages.n, solve)
         if self.penalty in SURE_PENALTIES:
             pilot, lam = lam, sure_penalty(grouped.central.distance, sizes, messages.stats.N, theta.shape[-1])
             if self.penalty == "sure-floored":
                 lam = max(lam, scheduled)
             lam, memory = settle_penalty(lam, pilot, memory)
             if lam != pilot:
-                grouped = self._central(theta, sizes, lam, grouped.labels, messages.n.sum(), solve)
+                grouped = self._central(theta, sizes, lam, grouped.labels, messages.n, solve)
         central = grouped.central
         margin = 1.0
         if self.centre_margins and np.isfinite(lam):
@@ -480,16 +480,17 @@ class FedGrEM(GradientStrategy):
         return (MixtureParams(messages.weights, nu, scale), grouped._replace(central=central), sigma, scale_pooled,
                 warned, lam, memory)
 
-    def _central(self, theta, sizes, lam, labels, n_total, solve):
+    def _central(self, theta, sizes, lam, labels, n_k, solve):
         """The central problem (:func:`fedmm.algorithms.central.central_update`) with one centre, or with
         ``n_centers`` at most (:func:`fedmm.algorithms.central.grouped_central_update`) from the groups
-        ``labels``: a :class:`~fedmm.algorithms.central.GroupedResult`."""
+        ``labels``: a :class:`~fedmm.algorithms.central.GroupedResult`. A centre's price counts ``K`` clients of
+        the median size ``n_k``: one client's claimed size cannot set it."""
         K, R, p = theta.shape
         if self.n_centers == 1 or K < 2 * MIN_GROUP:
             central = central_update(theta, sizes, lam, **solve)
-            return GroupedResult(central, np.zeros(K, dtype=int), central.center[None], np.nan, central.distance)
+            return GroupedResult(central, np.zeros(K, dtype=int), central.center[None], central.distance)
         limit = None if self.n_centers == "auto" else self.n_centers
-        return grouped_central_update(theta, sizes, lam, labels, centre_cost=centre_cost(R, p, n_total),
+        return grouped_central_update(theta, sizes, lam, labels, centre_cost=centre_cost(R, p, K * np.median(n_k)),
                                       min_clients=MIN_GROUP, max_groups=limit, **solve)
 
     def _with_margins(self, central, theta, sizes, weights, lam, solve):
@@ -646,7 +647,8 @@ MIN_GROUP = 3
 
 
 def centre_cost(R, p, n_total):
-    """The cost of a centre in the central objective: BIC's ``(R p / 2) log n`` for its ``R p`` parameters, times
+    """The cost of a centre in the central objective: BIC's ``(R p / 2) log n`` (Schwarz 1978) for its ``R p``
+    parameters, ``n`` the federation's samples, times
     ``R``, the objective's units (a block's quadratic ``omega_kr / 2 ||nu - theta_tilde||^2`` with ``omega_kr`` about
     ``R N_kr`` is ``R`` times the component's log-likelihood in noise units)."""
     return R * 0.5 * R * p * np.log(n_total)
