@@ -205,7 +205,7 @@ class _Pass:
         strategy, clients = self.strategy, self.clients
         n_k, K = clients.n_samples, clients.n_clients
         clients.start(strategy, self.start)
-        bound = 1e8 * (1.0 + clients.data_scale)
+        bound = divergence_bound(clients.data_scale)
         if self.deferred:  # resumed: the early stop was no evidence of calm
             self.calm[:] = False
         converged, self.deferred = False, False
@@ -234,6 +234,10 @@ class _Pass:
                     moving = moved >= tol
                 else:
                     moving = np.ones(K, dtype=bool) if self.previous is None else np.abs(mean_ll - self.previous) >= tol
+                if 0 < 3 * moving.sum() < K:  # only a few move: are they clients the strategy has set apart?
+                    apart = strategy.may_keep_moving(strategy.diagnostics(self.server), new, n_k)
+                    if apart is not None:
+                        moving &= ~apart
                 calm_round = not moving.any()
                 tail = t > 1 and moving.sum() <= DEFER * K
                 if not calm_round and restart_next is not None and tail:
@@ -372,6 +376,12 @@ def _check_progress(strategy, before, after):
                       f"its start ({before:.6g}): its steps did not climb. For gradient methods lower C_eta (a step "
                       "contracts for C_eta < 2); otherwise check the data for clients far from the others.",
                       ConvergenceWarning, stacklevel=4)
+
+
+def divergence_bound(data_scale):
+    """The largest parameter a client may hold, ``1e8 (1 + data_scale)``: beyond it a run has diverged, and
+    a remote client's reply is refused (:mod:`fedmm.flower.server`)."""
+    return 1e8 * (1.0 + data_scale)
 
 
 def _check_finite(strategy, params, loglik, t, bound):

@@ -7,12 +7,30 @@ client deals its rows into folds from its own seed (:func:`client_fold`), so it 
 
 import numpy as np
 
-__all__ = ["TRIM", "first_best", "client_median", "kept_clients", "client_seeds", "client_fold", "client_folds",
+__all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "client_median", "kept_clients", "client_seeds", "client_fold", "client_folds",
            "fold_sizes", "trimmed_mean", "paired_differences", "one_standard_error"]
 
 #: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
 #: that up to this fraction of outlier clients cannot decide.
 TRIM = 0.2
+
+#: The most a robust method counts any client, in multiples of the median client's size
+#: (:func:`trusted_sizes`).
+SIZE_CAP = 4.0
+
+
+def trusted_sizes(n_k):
+    """Claimed sizes capped at :data:`SIZE_CAP` times their median: what a robust server counts a client by.
+
+    A size is a claim (``docs/threat-model.md``): a party that says it holds a million samples would
+    otherwise pull on the centre as a thousand honest clients do. Capped at ``SIZE_CAP`` median clients,
+    one party pulls as hard as ``sqrt(SIZE_CAP) = 2`` median ones at most (FedGrEM's pull is
+    ``sqrt(n_k) lambda``), so a third of the clients, the theory's limit, cannot outpull the rest.
+    Honest clients larger than that still fit their own data by their full size; only their weight in
+    what is shared is capped.
+    """
+    n_k = np.asarray(n_k, dtype=float)
+    return np.minimum(n_k, SIZE_CAP * np.median(n_k))
 
 
 def first_best(scores, axis=0):

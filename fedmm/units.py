@@ -22,25 +22,30 @@ units and maps the estimates back:
 - the fitted parameters are mapped back by the family
   (:meth:`fedmm.families.Family.to_original`).
 
-The standardization is not robust: an outlier client moves the pooled
-moments. For the spherical model and the pooled regression methods that
-changes only the floating-point path (their other steps are equivariant under
-the maps those standardizations use). For diagonal covariances it changes
-the features' relative scale (diagonal, full and tied), hence the metric of
-the k-means start and the size of ``reg_covar``; for the other regression methods the whitened
-features differ by a rotation, which the coordinate-wise medians of the
-alignment do not follow. Either can change a start, not the model.
+The moments leave out clients far from the others (:func:`moments_from_sums`):
+a party that lies about its sums, or brings data in other units, moves them
+only boundedly. A client within range still moves them: for the spherical
+model and the pooled regression methods that changes only the floating-point
+path (their other steps are equivariant under the maps those
+standardizations use). For diagonal covariances it changes the features'
+relative scale (diagonal, full and tied), hence the metric of the k-means
+start and the size of ``reg_covar``; for the other regression methods the
+whitened features differ by a rotation, which the coordinate-wise medians of
+the alignment do not follow. Either can change a start, not the model.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Units", "Moments", "pooled_moments", "client_sums", "moments_from_sums"]
+from .robust import trusted_sizes
+
+__all__ = ["Units", "Moments", "pooled_moments", "client_sums", "moments_from_sums", "client_distances",
+           "far_from_others"]
 
 
 class Moments(NamedTuple):
-    """Pooled first and second moments of the clients' data (sums sent to the server, divided by ``n``).
+    """Pooled first and second moments of the clients' data (:func:`moments_from_sums`, from the clients' sums).
 
     Attributes
     ----------
@@ -48,7 +53,7 @@ class Moments(NamedTuple):
     second : ndarray of shape (d, d)
         ``sum_i x_i x_i^T / n`` (uncentered).
     y_mean, y_second : float or None
-        ``sum_i y_i / n`` and ``sum_i y_i^2 / n``.
+        The same for the responses.
     """
 
     mean: np.ndarray
@@ -77,10 +82,30 @@ def client_sums(data):
     return sums
 
 
+#: A client enters the moments in full while its data lie within this many robust scales of the federation's
+#: location on every feature (and ``y``), and not at all beyond twice as many (:func:`moments_from_sums`).
+UNITS_RANGE = 5.0
+
+#: Beyond this many robust scales no honest data set lies (as :func:`fedmm.engine.divergence_bound`): a remote
+#: server leaves such a client out (:func:`far_from_others`).
+FAR = 1e8
+
+
 def moments_from_sums(sums):
-    """The pooled moments from the clients' :func:`client_sums`, added in client order (the server's
-    arithmetic, so in-process and remote fits see the same numbers to the last bit)."""
-    total = {key: sum(s[key] for s in sums) for key in sums[0]}
+    """The pooled moments of the clients' :func:`client_sums`, over the clients whose sums are typical.
+
+    The sums are claims (``docs/threat-model.md``): one party's ``sum x = 1e200`` would move every honest
+    client's data to 0 in standard units. So each client enters the pooled sums with the weight
+    ``clip(2 - d_k / UNITS_RANGE, 0, 1)``, ``d_k`` its distance from the others in robust scales
+    (:func:`client_distances`): in full within :data:`UNITS_RANGE` scales, not at all beyond twice that,
+    and at most at :func:`fedmm.robust.trusted_sizes` (a claimed size beyond a multiple of the median
+    counts as that multiple). With every client typical, the weights are exactly 1 and the moments
+    the pooled ones to the last bit: an honest federation's standardization is unchanged. Added in client
+    order, so in-process and remote fits see the same numbers.
+    """
+    n = np.array([s["n"][0] for s in sums])
+    weight = np.clip(2.0 - client_distances(sums) / UNITS_RANGE, 0.0, 1.0) * (trusted_sizes(n) / n)
+    total = {key: sum(w * s[key] for w, s in zip(weight, sums)) for key in sums[0]}
     n = total["n"][0]
     y_mean = y_second = None
     if "sum_y" in total:
@@ -88,8 +113,42 @@ def moments_from_sums(sums):
     return Moments(total["sum_x"] / n, total["sum_xx"] / n, y_mean, y_second)
 
 
+def client_distances(sums):
+    """(K,) how far each client's data lie from the others', in robust scales.
+
+    With ``m_k`` client ``k``'s mean, ``c = median_k m_k`` (coordinate-wise) and ``D_kj`` its mean square
+    of feature ``j`` about ``c``: ``d_k = max_j sqrt(D_kj / median_k' D_k'j)``, also over ``y``. About 1 for
+    clients alike; it grows with a client's offset and its spread alike. Each feature's ratio is unchanged
+    by a shift or scaling of that feature.
+    """
+    n = np.array([s["n"][0] for s in sums])
+    distance = _distances(np.stack([s["sum_x"] for s in sums]) / n[:, None],
+                          np.stack([np.diag(s["sum_xx"]) for s in sums]) / n[:, None])
+    if "sum_y" in sums[0]:
+        distance = np.maximum(distance, _distances(np.array([s["sum_y"] for s in sums]) / n[:, None],
+                                                   np.array([s["sum_yy"] for s in sums]) / n[:, None]))
+    return distance
+
+
+def _distances(means, squares):
+    """:func:`client_distances` of one block of features, from the clients' means and mean squares (K, d)."""
+    c = np.median(means, axis=0)
+    # sum (x - c)^2 / n = mean square - 2 m c + c^2, without squaring m (an enormous claim overflows first); its
+    # absolute value, so that inconsistent sums (a negative "spread") count as far.
+    with np.errstate(over="ignore", invalid="ignore"):
+        about = np.abs(squares - 2.0 * means * c + c ** 2)
+        distance = np.sqrt(about / scale_or_one(np.median(about, axis=0)) ** 2).max(axis=1)
+    return np.nan_to_num(distance, nan=np.inf)
+
+
+def far_from_others(sums):
+    """(K,) bool: clients whose sums put their data beyond :data:`FAR` robust scales from the others
+    (:func:`client_distances`). No honest data set lies there; a remote server leaves such a client out."""
+    return client_distances(sums) > FAR
+
+
 def pooled_moments(data):
-    """The pooled moments: every client's :func:`client_sums`, added by :func:`moments_from_sums`."""
+    """The moments of in-process clients: every client's :func:`client_sums`, combined by :func:`moments_from_sums`."""
     return moments_from_sums([client_sums(data.client_data(k)) for k in range(data.n_clients)])
 
 

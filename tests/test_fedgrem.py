@@ -7,6 +7,7 @@ from fedmm.methods import METHODS, FedGrEM
 from fedmm.algorithms.central import central_update
 from fedmm.engine import run_rounds
 from fedmm.algorithms.fedgrem import MARGIN_FLOOR, penalty_schedule, settle_penalty
+from fedmm.algorithms import fedgrem as fedgrem_module
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.metrics import estimation_errors
@@ -83,11 +84,14 @@ def test_centre_margins_pool_a_drifted_component_back_onto_its_own_centre():
 
 
 @pytest.mark.parametrize("weighted, inflated", [(True, False), (False, True)])
-def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflated):
+def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflated, monkeypatch):
     """Client 0's component 0 starts on component 1's centre: it takes component 1's samples (margin 0),
     and is pooled onto component 0's centre. Its variance at that centre (the squared distance between
     the two, 36) must not enter the pooled variance that the others take: a block counts there by its
-    margin, as in the centre. Counted in full (``weighted=False``) it makes the pooled variance 4.4, not 0.9."""
+    margin, as in the centre. Counted in full (``weighted=False``) it makes the pooled variance 4.4, not 0.9.
+    Atypical variances are also kept out on their own (``fedgrem._typical``, the threat model's defence):
+    switched off here, to see the margins' part."""
+    monkeypatch.setattr(fedgrem_module, "_typical", lambda scale: np.ones(scale.shape[:2]))
     X, truth = make_federated_gmm(4, 200, centers=CENTERS, random_state=3)
     data, family = FederatedData.from_input(X), GaussianFamily("diag")
     theta = truth.theta.copy()

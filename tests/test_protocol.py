@@ -97,7 +97,8 @@ def test_a_pass_leaves_its_last_few_moving_clients_to_the_restart_that_starts_th
     log = capsys.readouterr().out
     first_pass = lambda text: int(re.search(r"start 1 of 1: converged after (\d+) rounds", text).group(1))  # noqa: E731
     assert first_pass(log) < first_pass(log_full)
-    assert deferred.converged_ and deferred.history_["parameter_change"][-1] < estimator.tol
+    # Converged: every client still moving at the end is one FedGrEM has set apart (FedGrEM.may_keep_moving).
+    assert deferred.converged_
     # The deferred clients' restarts are decided against states still on the move, which may decide some
     # differently; the honest clients' errors stay those of the undeferred fit.
     _, truth = make_federated_gmm(300, 50, outlier_clients=range(30), random_state=2)

@@ -100,6 +100,10 @@ class Strategy(BaseEstimator, ABC):
         and the decentralized methods (messages go between neighbours).
     name : str
         The name ``method=`` takes for this strategy (:data:`fedmm.methods.METHODS`).
+    robust : bool
+        Whether the method promises to keep the honest clients' estimates when some parties are
+        malicious (FedGrEM: fewer than a third, ``docs/threat-model.md``). Across parties, a method
+        without the promise warns (:func:`fedmm.flower.fit`).
     """
 
     #: What each constructor argument may be (:mod:`fedmm._params`).
@@ -114,6 +118,7 @@ class Strategy(BaseEstimator, ABC):
     ascent = True
     client_server = True
     name = None
+    robust = False
 
     def validate(self):
         """Check every option against its declared constraint; ``self``."""
@@ -234,6 +239,12 @@ class Strategy(BaseEstimator, ABC):
     def keep_restart(self, before, trial):
         """(K,) bool: the clients that keep the restarted pass ``trial`` rather than ``before``."""
         return np.ones(len(before.loglik), dtype=bool)
+
+    def may_keep_moving(self, diagnostics, params, n_k):
+        """(K,) bool: clients whose motion the stopping rule does not wait for, or None (it waits for every
+        client). A robust method's: clients it has set apart from the others, so that one party that never
+        settles cannot hold the fit to ``max_iter`` rounds (``docs/threat-model.md``)."""
+        return None
 
 
 #: The options of every strategy whose server hears the clients each round (:attr:`Strategy.client_server`).

@@ -280,7 +280,7 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
         See the module docstring.
     tol : float
         Stop when no coordinate of any ``nu_bar`` moved by more than
-        ``tol * (1 + max |theta|)`` in a round.
+        ``tol * (1 + median_kr max_j |theta_krj|)`` in a round.
     max_iter : int
         Cap on the rounds.
 
@@ -302,7 +302,9 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
             slope = weights / np.sqrt(n_k)
     with np.errstate(divide="ignore"):
         threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
-    scale = 1.0 + np.abs(theta).max()
+    # The tolerance's unit is the median block's size, not the largest: one client's enormous (finite)
+    # estimate would otherwise loosen it until the centre stops wherever that client's pull left it.
+    scale = 1.0 + np.median(np.abs(theta).max(axis=2))
     # Both schemes start from Delta = 0 (App. B.1, step (i)): the weighted mean.
     if metric is not None:
         metric = np.asarray(metric, dtype=float)

@@ -24,7 +24,7 @@ from .central import (CentralResult, GroupedResult, central_update, centre_margi
                       linear_shrinkage, pooling_share)
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ..robust import TRIM, client_median
+from ..robust import TRIM, client_median, trusted_sizes
 from .tuning import N_FOLDS, PENALTY_CANDIDATES, select_penalty, sure_penalty
 from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy
@@ -131,14 +131,34 @@ def pool_variances(scale, N, share):
     a fifth, and FedGrEM met ``max_iter`` in all three passes; with the fade,
     84 rounds in all). Clients send ``N_kr scale_kr`` and ``N_kr``
     (``n_k w_kr``): parameters and sizes, no data.
+
+    A variance is a claim too (``docs/threat-model.md``): a party whose mean sits on the centre could
+    send a variance a hundred times its data's and inflate every pooled one. So a client enters the
+    pooled variance only as far as its variances are typical (:func:`_typical`): in full within a
+    factor :data:`VARIANCE_RANGE` of the median client's, not at all beyond its square, continuously
+    between.
     """
-    weight = N * np.clip(2.0 * share - 1.0, 0.0, 1.0)                              # (K, R)
+    weight = N * np.clip(2.0 * share - 1.0, 0.0, 1.0) * _typical(scale)          # (K, R)
     total = weight.sum(axis=0)
     # Fractions first: a nearly empty component's N of 1e-300 times a variance would underflow to 0.
     fraction = weight / np.where(total > 0, total, 1.0)
     pooled = np.einsum("kr,krs->rs", fraction, scale)
     # Where no client enters the pooled variance, every client keeps its own.
     return _towards(scale, pooled, np.where(total > 0, share, 0.0)[..., None])
+
+
+#: How far (a factor) a client's variance may lie from the median client's and still enter the pooled
+#: variance in full (:func:`pool_variances`); beyond its square it does not enter.
+VARIANCE_RANGE = 4.0
+
+
+def _typical(scale):
+    """(K, R) how far each client's variances of a component enter the pooled one: 1 where every coordinate is
+    within a factor ``VARIANCE_RANGE`` of the median client's, 0 where one is beyond its square, log-linear
+    between. Ratios, so the same in any units."""
+    with np.errstate(divide="ignore"):
+        far = np.abs(np.log(scale / client_median(scale))).max(axis=2) / np.log(VARIANCE_RANGE)
+    return np.clip(2.0 - far, 0.0, 1.0)
 
 
 @vectorize(cache=True)
@@ -323,6 +343,7 @@ class FedGrEM(GradientStrategy):
     """
 
     name = "fedgrem"
+    robust = True
     _parameter_constraints = {
         **GradientStrategy._parameter_constraints,
         "penalty": P.any_of(P.one_of(*PENALTIES, "auto"), P.real(0.0), P.function),
@@ -408,9 +429,10 @@ class FedGrEM(GradientStrategy):
 
     def server_start(self, family, start, n_k):
         d, K = start.theta.shape[-1], len(n_k)
-        schedule = penalty_schedule(self.penalty, self.penalty_params, d, K, n_k.mean())
+        n = trusted_sizes(n_k).mean()
+        schedule = penalty_schedule(self.penalty, self.penalty_params, d, K, n)
         q = family.log_scale(start.scale[:1, :1], start.theta.shape[-1]).shape[-1]
-        scale_schedule = penalty_schedule(self.penalty, self.penalty_params, q, K, n_k.mean())
+        scale_schedule = penalty_schedule(self.penalty, self.penalty_params, q, K, n)
         return Broadcast(start), FedGrEMState(family, n_k, schedule, scale_schedule, w0=start.weights)
 
     def server_step(self, messages, state, t):
@@ -475,7 +497,8 @@ class FedGrEM(GradientStrategy):
                                                tol=self.central_tol, max_iter=self.central_max_iter)
         elif self.pool_variances and family.scale_per_component:
             # A block counts in the pooled variance as in the centre: by its margin.
-            scale = pool_variances(scale, messages.stats.N * margin, pooling_share(central))
+            trust = (trusted_sizes(messages.n) / messages.n)[:, None]
+            scale = pool_variances(scale, messages.stats.N * trust * margin, pooling_share(central))
             scale_pooled = central.pooled
         return (MixtureParams(messages.weights, nu, scale), grouped._replace(central=central), sigma, scale_pooled,
                 warned, lam, memory)
@@ -542,11 +565,16 @@ class FedGrEM(GradientStrategy):
         component (``w^[0] = 1``, five times an honest share in the GMM design) would otherwise drag
         the centre five times as far (that design's error at ``h = 0``: 0.34 to 0.69,
         ``docs/fedgrem.md``).
+
+        The weights count each client by its :func:`fedmm.robust.trusted_sizes`, its claimed ``n_k``
+        capped at a multiple of the median: a party's claimed size sets its own threshold, never a pull
+        on the centre beyond ``sqrt(SIZE_CAP)`` median clients' (``docs/threat-model.md``).
         """
+        trusted = trusted_sizes(n_k)
         if self.pooling_sizes != "information":
-            return self._sizes(n_k, w0), None
+            return self._sizes(n_k, w0), (None if np.array_equal(trusted, n_k) else self._sizes(trusted, w0))
         share = w0 * w0.shape[1]
-        return n_k[:, None] * np.maximum(share, 1.0) ** 2, n_k[:, None] * share
+        return n_k[:, None] * np.maximum(share, 1.0) ** 2, trusted[:, None] * share
 
     def _sizes(self, n_k, w0):
         """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
@@ -602,9 +630,7 @@ class FedGrEM(GradientStrategy):
         c = result.diagnostics
         # Suspicion is relative to the largest group (with one centre, every client's): a client of another
         # group differs from the majority, and groups_ says that it has a group of its own.
-        main = c.labels == 0 if self.client_server else np.ones(len(n_k), dtype=bool)
-        scores = outlier_scores(c.main_distance, n_k[:, None] * result.params.weights, result.params.theta.shape[-1],
-                                reference=main)
+        scores = self._outlier_scores(c, result.params, n_k)
         suspects = np.flatnonzero(scores > 1.0)
         attributes = {"pooled_": c.pooled, "pooled_variances_": c.pooled_scale, "distance_to_center_": c.distance,
                       "pooling_threshold_": c.threshold, "outlier_scores_": scores,
@@ -628,6 +654,22 @@ class FedGrEM(GradientStrategy):
     def restarting(self, diagnostics, attempt):
         fresh = ~diagnostics.pooled.all(axis=1)
         return fresh if attempt <= self.center_restarts and fresh.any() else None
+
+    def may_keep_moving(self, diagnostics, params, n_k):
+        """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of their components pooled,
+        while they are fewer than a third of the clients (the theory's limit): the centre no longer follows them,
+        so the others' estimates are settled whatever they do (a party that shifts its estimate every round,
+        measured: 1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop where they
+        are."""
+        pooled = diagnostics.pooled
+        apart = (self._outlier_scores(diagnostics, params, n_k) > 1.0) & (2 * pooled.sum(axis=1) < pooled.shape[1])
+        return apart if 3 * apart.sum() < len(n_k) else None
+
+    def _outlier_scores(self, diagnostics, params, n_k):
+        """:func:`outlier_scores` of the clients at ``params``, relative to the largest group."""
+        main = diagnostics.labels == 0 if self.client_server else np.ones(len(n_k), dtype=bool)
+        return outlier_scores(diagnostics.main_distance, n_k[:, None] * params.weights, params.theta.shape[-1],
+                              reference=main)
 
     def keep_restart(self, before, trial):
         """Clients whose own term of FedGrEM's objective the restart raised by more than chance would.

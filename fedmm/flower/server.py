@@ -20,6 +20,7 @@ import copy
 import itertools
 import json
 import logging
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -27,11 +28,12 @@ from flwr.app import Message
 
 from ..clients import client_family_starts
 from ..data import FederatedData
+from ..engine import divergence_bound
 from ..families import MixtureParams
 from ..methods import make_method
 from ..protocol import ClientMessage, stack, take
 from ..robust import fold_sizes
-from ..units import moments_from_sums
+from ..units import FAR, far_from_others, moments_from_sums
 from .codec import arrays, config, encode, flatten, unflatten
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
@@ -84,6 +86,10 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     if not strategy.client_server or strategy.per_client:
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
+    if not strategy.robust:
+        warnings.warn(f"method={estimator.method!r} makes no promise against malicious parties: one party's "
+                      "well-formed replies can move the shared estimate (docs/threat-model.md). For federations "
+                      "whose parties you do not all trust, use method='fedgrem'.", UserWarning, stacklevel=2)
     nodes = sorted(int(n) for n in grid.get_node_ids())
     rejections = []
     ordered = False
@@ -97,13 +103,14 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
         try:
             clients.hello()
             names = [clients.names.get(k) for k in range(len(nodes))]
-            if not ordered and None not in names and len(set(names)) == len(names):
+            named = None not in names and len(set(names)) == len(names)
+            if not ordered and named:
                 # Clients with names (partition ids, site names) are numbered in their order, whatever
                 # node ids the SuperLink gave them: the fit then does not depend on those.
                 order = sorted(range(len(nodes)), key=lambda k: names[k])
                 nodes, ordered = [nodes[k] for k in order], True
                 continue
-            ids = np.array(names if None not in names else nodes)
+            ids = np.array(names if named else nodes)   # a copied name (a Sybil's) does not name two clients
             estimator.fit_clients(clients, ids, clients.n_features)
         except ClientsRejected as error:
             log.warning("fedmm.flower: starting again without node(s) %s: %s", error.nodes, error)
@@ -138,6 +145,7 @@ class FlowerClients:
         self.names = {}
         self._first_round = True
         self._template = None
+        self.data_scale = None
 
     @property
     def n_clients(self):
@@ -159,10 +167,15 @@ class FlowerClients:
         d = int(np.bincount(widths).argmax())  # the federation's feature count: most clients'
         shapes = {"n": (1,), "sum_x": (d,), "sum_xx": (d, d), **({"sum_y": (1,), "sum_yy": (1,)} if needs_y else {})}
         replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]), required=True)
+        sums = [replies[k] for k in range(self.n_clients)]
+        self._moments = moments_from_sums(sums)
+        far = far_from_others(sums)
+        if far.any():
+            self._reject([Rejection(self.nodes[k], "hello", f"sums put its data beyond {FAR:g} robust scales from "
+                                    "the federation's") for k in np.flatnonzero(far)], required=True)
         self.n_samples = np.array([int(replies[k]["n"][0]) for k in range(self.n_clients)])
         self.n_features = d
         self.family = est.make_family(int(self.n_samples.sum()))
-        self._moments = moments_from_sums([replies[k] for k in range(self.n_clients)])
 
     def moments(self):
         return self._moments
@@ -171,7 +184,9 @@ class FlowerClients:
         values = flatten(units._replace(y_shift=np.array([units.y_shift]), y_scale=np.array([units.y_scale])))
         replies = self._ask("units", [values] * self.n_clients,
                             lambda k, v: _arrays_ok(v, {"scale": (1,)}), required=True)
-        self.data_scale = max(float(v["scale"][0]) for v in replies.values())
+        # The divergence check's unit is a claim too: the median client's, so that no one party can switch the
+        # check off (a scale of 1.7e308) or set it below the others' data.
+        self.data_scale = float(np.median([replies[k]["scale"][0] for k in sorted(replies)]))
 
     def family_starts(self, seeds, n_components, which=None):
         index = np.arange(self.n_clients) if which is None else np.asarray(which)
@@ -274,10 +289,30 @@ class FlowerClients:
 
     def _params_check(self, params):
         shapes = {k: v.shape for k, v in flatten(params).items()}
-        return lambda k, v: _arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+        return lambda k, v: (_arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+                             or self._plausible(k, v))
+
+    def _plausible(self, k, v):
+        """Why parameters or sums are beyond what any data of the federation's scale gives (None when not):
+        parameters beyond :func:`fedmm.engine.divergence_bound`, variances beyond its square, sums beyond
+        ``n_k`` times its square. Such a reply is refused like a malformed one: it cannot switch off the
+        divergence check for the others, or make the server raise on its behalf."""
+        if self.data_scale is None:
+            return None
+        bound = divergence_bound(self.data_scale)
+        if np.abs(v["theta"]).max() > bound:
+            return f"parameters beyond {bound:.3g} (1e8 times the median client's data scale)"
+        if v["scale"].max() > bound ** 2:
+            return f"variances beyond {bound ** 2:.3g}"
+        n = self.n_samples[k]
+        for key in (key for key in v if key.startswith("stats.") and key != "stats.N"):
+            if np.abs(v[key]).max() > n * bound ** 2:
+                return f"{key} beyond n_k times {bound ** 2:.3g}"
+        return None
 
     def _message_check(self, k, v, shapes):
-        problem = _arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+        problem = (_arrays_ok(v, shapes) or _simplex_ok(v["weights"]) or _positive(v["scale"], "scale")
+                   or self._plausible(k, v))
         if problem:
             return problem
         if v["n"][0] != self.n_samples[k]:  # also refuses a size that is not an integer
@@ -326,19 +361,34 @@ class FlowerClients:
         return raw
 
     def _check(self, raw, action, check, required):
-        good, failed = {}, []
-        for k, values in raw.items():
+        good, failed, seen = {}, [], {}
+        for k in sorted(raw):
+            values = raw[k]
             reason = values if isinstance(values, str) else check(k, values)
+            if not reason and action in _OWN_DATA:
+                # A reply computed from a client's own data that repeats another node's bit for bit is a copy (a
+                # Sybil's, or the same data loaded twice): it counts once, the first node's.
+                key = tuple((name, values[name].tobytes()) for name in sorted(values))
+                reason = f"identical to node {self.nodes[seen[key]]}'s reply: a copy counts once" if key in seen \
+                    else None
+                seen.setdefault(key, k)
             if reason:
                 failed.append(Rejection(self.nodes[k], action, reason))
             else:
                 good[k] = values
+        self._reject(failed, required)
+        return good
+
+    def _reject(self, failed, required):
         for r in failed:
             log.warning("fedmm.flower: rejected node %s's reply to %s: %s", r.node, r.action, r.reason)
         self.rejections.extend(failed)
         if failed and required:
             raise ClientsRejected(failed)
-        return good
+
+
+#: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.
+_OWN_DATA = ("hello", "step")
 
 
 def _arrays_ok(values, shapes):

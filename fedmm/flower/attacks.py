@@ -1,0 +1,133 @@
+"""Malicious clients for testing a federation's server: honest ``ClientApp``\\ s whose replies are tampered with.
+
+Every attack keeps its replies well formed (float64 arrays of the right shapes, finite, sizes that are
+positive integers, proportions on the simplex, statistics whose sizes sum to ``n``), so they pass the
+server's format checks (:mod:`fedmm.flower.server`) and test what the server does with the numbers. They
+are the suite of ``docs/threat-model.md`` and ``validation/attacks.py``:
+
+=================  =====================================================================================
+attack             what the malicious node does
+=================  =====================================================================================
+``claims-n``       honest data, but claims ``n = 1e6`` samples, every sum scaled to match
+``shift-n``        shifts its parameters by +3 (its sums to match) and claims ``n = 1e6``
+``shift-n18``      the same, claiming ``n = 1e18``
+``hello-sum_x``    sends ``sum x = 1e200`` for the units step
+``hello-sum_xx``   sends ``sum x x^T = 1e300 I`` for the units step
+``stats-Sx``       every round, responsibility-weighted sums of ``x`` (``b`` for regressions) at 1e200
+``stats-Sxx``      every round, second-moment sums (``Sxx``; ``A`` for regressions) at 1e200
+``inflate-Sxx``    every round, second-moment sums of ``x`` (``y`` for regressions) times 100: variances
+                   a hundred times its data's, within every plausible range
+``theta-1e12``     every round, parameters at 1e12 (finite)
+``units-scale``    reports the largest value of its data as 1.7e308, then parameters at 1e12
+``label-flip``     every round, its components in reverse order (parameters, proportions, sums)
+``copy``           answers every query with another node's reply (a Sybil of node ``source``)
+=================  =====================================================================================
+"""
+
+import numpy as np
+from flwr.app import Message
+from flwr.clientapp import ClientApp
+
+from .client import _ANSWERS
+from .codec import arrays, config, encode
+
+__all__ = ["ATTACKS", "tampered", "malicious", "copying"]
+
+ACTIONS = ("hello",) + tuple(_ANSWERS)
+
+
+def tampered(honest, tampers):
+    """A ``ClientApp`` that answers as ``honest`` does, except that its replies to each action in ``tampers``
+    are passed through ``tampers[action](values) -> values`` (``values``: the reply's arrays)."""
+    app = ClientApp()
+
+    def make(action):
+        def handle(message, context):
+            reply = honest(message, context)
+            if action not in tampers or reply.has_error():
+                return reply
+            return Message(encode(tampers[action](arrays(reply.content)), **config(reply.content)),
+                           reply_to=message)
+        return handle
+    for action in ACTIONS:
+        app.query(action)(make(action))
+    return app
+
+
+def _claims(n_claimed, shift=0.0):
+    """Claims ``n_claimed`` samples (sums scaled by ``n_claimed / n``), parameters and first sums shifted."""
+    def hello(v):
+        factor = n_claimed / v["n"][0]
+        return {k: (np.array([n_claimed]) if k == "n" else x * factor) for k, x in v.items()}
+
+    def step(v):
+        factor = n_claimed / v["n"][0]
+        out = {**v, "n": np.array([n_claimed]), "theta": v["theta"] + shift, "loglik": v["loglik"] * factor}
+        for key in (k for k in v if k.startswith("stats.")):
+            out[key] = v[key] * factor
+        for first in ("stats.Sx", "stats.b"):
+            if first in v and shift:
+                out[first] = out[first] + shift * out["stats.N"][..., None] * (first == "stats.Sx")
+        return out
+    return {"hello": hello, "step": step}
+
+
+def _stats(fields, value):
+    """Every round, the named sums (the first one the reply has) set to ``value``."""
+    def step(v):
+        key = next((f for f in fields if f in v), None)
+        return v if key is None else {**v, key: np.full_like(v[key], value)}
+    return {"step": step}
+
+
+def _theta(value):
+    return lambda v: {**v, "theta": np.full_like(v["theta"], value)}
+
+
+def _flip(v):
+    """Components in reverse order: every array with a component axis (axis 1 of the (1, R, ...) ones)."""
+    R = v["weights"].shape[1]
+    return {k: (x[:, ::-1].copy() if x.ndim >= 2 and x.shape[1] == R else x) for k, x in v.items()}
+
+
+#: Attack name -> the tampering of one node's replies, ``{action: values -> values}``.
+ATTACKS = {
+    "claims-n": _claims(1e6),
+    "shift-n": _claims(1e6, shift=3.0),
+    "shift-n18": _claims(1e18, shift=3.0),
+    "hello-sum_x": {"hello": lambda v: {**v, "sum_x": np.full_like(v["sum_x"], 1e200)}},
+    "hello-sum_xx": {"hello": lambda v: {**v, "sum_xx": 1e300 * np.eye(len(v["sum_xx"]))}},
+    "stats-Sx": _stats(("stats.Sx", "stats.b"), 1e200),
+    "stats-Sxx": _stats(("stats.Sxx", "stats.A"), 1e200),
+    "inflate-Sxx": {"step": lambda v: {**v, **{k: v[k] * 100.0 for k in ("stats.Sxx", "stats.Syy") if k in v}}},
+    "theta-1e12": {"step": _theta(1e12)},
+    "units-scale": {"units": lambda v: {**v, "scale": np.array([1.7e308])}, "step": _theta(1e12)},
+    "label-flip": {"step": _flip},
+}
+
+
+def copying(grid, source, target):
+    """Make node ``target`` of a :class:`~fedmm.flower.testing.LocalGrid` answer every query with node
+    ``source``'s reply to it (``source`` must come first in the grid's node order, as the SuperLink's
+    delivery order does not promise: a test device)."""
+    replies = {}
+    apps = grid.apps
+
+    def record(app):
+        def handle(message, context):
+            reply = app(message, context)
+            replies[config(message.content).get("tag")] = reply
+            return reply
+        return handle
+
+    def copy(message, context):
+        original = replies[config(message.content).get("tag")]
+        return Message(original.content, reply_to=message)
+    apps[source] = record(apps[source])
+    apps[target] = copy
+    return grid
+
+
+def malicious(honest, attack):
+    """``honest``'s ``ClientApp`` turned into a node that runs ``attack`` (a name in :data:`ATTACKS`)."""
+    return tampered(honest, ATTACKS[attack])

@@ -1,0 +1,164 @@
+"""No single party steers, poisons or stops a fit (issue 44): the attack suite's quick form, and its defences.
+
+The suite (``fedmm.flower.attacks``, ``validation/attacks.py`` for the full form) on the issue's design: the
+paper's GMM, 10 clients of 120 samples, d = 10, R = 5, diagonal covariances. One malicious node of 10 (and a
+coordinated three) whose replies pass every format check. FedGrEM's honest clients must keep at most 1.5x
+(three: 2x) their clean fit's largest error, the same seed's; no method raises or evicts an honest client.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedmm.algorithms.central import central_update
+from fedmm.algorithms.fedgrem import pool_variances
+from fedmm.robust import SIZE_CAP, trusted_sizes
+from fedmm.units import client_sums, far_from_others, moments_from_sums
+
+pytest.importorskip("flwr")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import attacks as suite  # noqa: E402
+
+from fedmm.flower.attacks import ATTACKS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return {method: suite.clean_reference(method, 1, 0, "Flower")[0] for method in suite.METHODS}
+
+
+def _check(outcome, method, limit, clean):
+    assert outcome["raised"] is None, outcome["raised"]
+    assert outcome["evicted"] == 0
+    if method == "FedGrEM":
+        assert outcome["error"] <= limit * clean[method]
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS) + ["copy"])
+def test_one_malicious_node_neither_stops_the_fit_nor_moves_fedgrems_honest_clients(attack, clean):
+    for method in suite.METHODS:
+        _check(suite.one("Flower", method, attack, 1, 0), method, suite.TARGET_ONE, clean)
+
+
+@pytest.mark.parametrize("attack", ["shift-n", "inflate-Sxx", "copy", "units-scale"])
+def test_three_coordinated_nodes_of_ten_keep_fedgrems_honest_clients(attack, clean):
+    _check(suite.one("Flower", "FedGrEM", attack, 3, 0), "FedGrEM", suite.TARGET_THREE, clean)
+
+
+@pytest.mark.parametrize("attack", suite.IN_PROCESS)
+def test_a_client_that_brings_more_rows_or_larger_units_does_not_move_fedgrem(attack, clean):
+    outcome = suite.one("one process", "FedGrEM", attack, 1, 0)
+    _check(outcome, "FedGrEM", suite.TARGET_ONE, clean)
+
+
+def test_a_liar_about_its_size_is_flagged_and_the_attackers_that_are_dropped_are_named():
+    outcome = suite.one("Flower", "FedGrEM", "shift-n", 1, 0)
+    assert outcome["flagged"] and not outcome["false_flag"]
+    X, _ = suite.make_federated_gmm(10, 120, random_state=0)
+    est = suite._flower_fit("FedGrEM", "theta-1e12", (9,), X, 0)
+    assert {r.node for r in est.flower_rejections_} == {109}
+    assert "parameters beyond" in est.flower_rejections_[0].reason
+
+
+def test_a_copy_of_another_nodes_replies_counts_once():
+    X, _ = suite.make_federated_gmm(10, 120, random_state=0)
+    est = suite._flower_fit("FedGrEM", "copy", (9,), X, 0)
+    assert [(r.node, r.action) for r in est.flower_rejections_] == [(109, "hello")]
+    assert "identical to node 100's reply" in est.flower_rejections_[0].reason
+    np.testing.assert_array_equal(est.client_ids_, np.arange(9))   # without the copy, names are distinct again
+
+
+def test_methods_without_the_promise_warn_on_flower():
+    X, _ = suite.make_federated_gmm(4, 60, random_state=0)
+    with pytest.warns(UserWarning, match="no promise against malicious parties"):
+        suite.fit(suite.FederatedGaussianMixture(2, method="fedem", init="common", random_state=0),
+                  suite.LocalGrid([suite.client_app(lambda ctx, k=k: (X[k], None)) for k in range(4)]))
+
+
+# --- the defences, one by one ------------------------------------------------------------------------------------
+
+def _sums(X, y=None):
+    from fedmm.data import FederatedData
+    data = FederatedData.from_input(X, y, require_y=y is not None)
+    return [client_sums(data.client_data(k)) for k in range(data.n_clients)]
+
+
+def test_one_clients_sums_leave_the_units_as_the_others_make_them():
+    """A party's sums at 1e200 (or 1e300 I) do not enter the moments (before: they moved the mean to 1e199 and
+    every honest client's data to 0 in standard units); the honest clients' moments are their pooled sums to
+    the last bit; a remote server leaves that party out."""
+    X, _ = suite.make_federated_gmm(10, 120, random_state=0)
+    sums = _sums(X)
+    honest = moments_from_sums(sums[:9])
+    total = {key: sum(s[key] for s in sums[:9]) for key in sums[0]}
+    np.testing.assert_array_equal(honest.mean, total["sum_x"] / total["n"][0])
+    np.testing.assert_array_equal(honest.second, total["sum_xx"] / total["n"][0])
+    for key, value in (("sum_x", 1e200), ("sum_xx", 1e300 * np.eye(10)), ("n", 1e18)):
+        bad = [*sums[:9], {**sums[9], key: np.full_like(sums[9][key], 1.0) * value}]
+        m = moments_from_sums(bad)
+        np.testing.assert_allclose(m.mean, honest.mean, atol=0.5)
+        np.testing.assert_allclose(np.diag(m.second) - m.mean ** 2, np.diag(honest.second) - honest.mean ** 2,
+                                   rtol=0.5)
+        assert far_from_others(bad).tolist() == [False] * 9 + [key != "n"]
+    assert not far_from_others(sums).any()
+
+
+def test_a_client_out_of_range_enters_the_moments_less_and_less():
+    """Data shifted by 20 robust scales (another site's units): left out of the moments; by 7, in part."""
+    X, _ = suite.make_federated_gmm(10, 120, random_state=0)
+    sums = _sums(X)
+    honest = moments_from_sums(sums[:9]).mean
+    sd = np.sqrt(np.diag(moments_from_sums(sums[:9]).second) - honest ** 2)
+    shifts = {}
+    for offset in (7.0, 20.0):
+        moved = moments_from_sums([*sums[:9], *_sums([X[9] + offset * sd])]).mean
+        shifts[offset] = np.abs((moved - honest) / sd).max()
+    assert shifts[20.0] == 0.0 and 0.0 < shifts[7.0] < 0.7
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(0.01, 100.0), min_size=3, max_size=3), st.lists(st.floats(-50, 50), min_size=3, max_size=3),
+       st.integers(0, 2 ** 16))
+def test_robust_moments_are_equivariant_under_per_feature_maps(a, b, seed):
+    """``x -> a x + b`` per feature (signs too): the location maps to ``a c + b``, the covariance to
+    ``diag(a) C diag(a)``."""
+    rng = np.random.RandomState(seed)
+    a = np.array(a) * rng.choice([-1.0, 1.0], 3)
+    X = [rng.standard_normal((20 + 5 * k, 3)) * [1.0, 3.0, 0.2] + k for k in range(5)]
+    m, mt = moments_from_sums(_sums(X)), moments_from_sums(_sums([x * a + b for x in X]))
+    np.testing.assert_allclose(mt.mean, a * m.mean + b, rtol=1e-8, atol=1e-8 * (1 + np.abs(b).max()))
+    cov, cov_t = m.second - np.outer(m.mean, m.mean), mt.second - np.outer(mt.mean, mt.mean)
+    np.testing.assert_allclose(cov_t, np.outer(a, a) * cov, rtol=1e-6, atol=1e-6 * np.abs(np.outer(a, a) * cov).max())
+
+
+def test_trusted_sizes_cap_a_claim_at_a_multiple_of_the_median():
+    n = np.array([100, 120, 80, 1e18])
+    np.testing.assert_array_equal(trusted_sizes(n), [100, 120, 80, SIZE_CAP * 110])
+
+
+def test_an_enormous_finite_estimate_does_not_move_the_centre():
+    """The central problem's stopping tolerance is in the median block's units: one block at 1e12 leaves the
+    centre where one at 1e4 does (before: 1e-10 of 1e12, and the centre stopped 3.7 away)."""
+    rng = np.random.RandomState(0)
+    theta = rng.standard_normal((10, 5, 10)) * 0.3
+    centres = []
+    for value in (1e4, 1e12):
+        theta[9] = value
+        centres.append(central_update(theta, np.full(10, 120.0), 3.0).center)
+    np.testing.assert_allclose(centres[1], centres[0], atol=1e-6)
+
+
+def test_a_client_with_atypical_variances_does_not_enter_the_pooled_variance():
+    """Variances 100 times the others' (and a mean on the centre): the pooled variance stays the honest
+    clients' (before: it took a tenth of the hundredfold)."""
+    rng = np.random.RandomState(0)
+    scale = 1.0 + 0.1 * rng.random_sample((10, 3, 4))
+    N = np.full((10, 3), 30.0)
+    share = np.ones((10, 3))
+    honest = pool_variances(scale[:9], N[:9], share[:9])
+    scale[9] *= 100.0
+    np.testing.assert_allclose(pool_variances(scale, N, share)[:9], honest)
