@@ -7,8 +7,8 @@ client deals its rows into folds from its own seed (:func:`client_fold`), so it 
 
 import numpy as np
 
-__all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "client_median", "kept_clients", "client_seeds", "client_fold", "client_folds",
-           "fold_sizes", "trimmed_mean", "paired_differences", "one_standard_error"]
+__all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "client_median", "kept_clients", "client_seeds",
+           "client_fold", "client_folds", "fold_sizes", "trimmed_mean", "paired_differences", "one_standard_error"]
 
 #: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
 #: that up to this fraction of outlier clients cannot decide.

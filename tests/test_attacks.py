@@ -162,3 +162,19 @@ def test_a_client_with_atypical_variances_does_not_enter_the_pooled_variance():
     honest = pool_variances(scale[:9], N[:9], share[:9])
     scale[9] *= 100.0
     np.testing.assert_allclose(pool_variances(scale, N, share)[:9], honest)
+
+
+def test_the_suites_report_names_every_miss():
+    """validation/attacks.py's verdict: a FedGrEM ratio above its target, a raise or an honest client evicted
+    (any method), and too few attackers caught are misses."""
+    ok = {"raised": None, "error": 0.36, "evicted": 0, "flagged": True, "false_flag": False, "dropped": 0}
+    table = {("Flower", "FedGrEM", "shift-n", 1): [ok, {**ok, "error": 0.8}],
+             ("Flower", "FedEM", "copy", 1): [ok, {"raised": "RuntimeError: x"}],
+             ("Flower", "FedGrEM", "copy", 3): [{**ok, "evicted": 1, "flagged": False}]}
+    clean = {("Flower", "FedGrEM", 1): 0.35, ("Flower", "FedEM", 1): 0.35, ("Flower", "FedGrEM", 3): 0.35,
+             "flags": 0.0}
+    text, misses = suite.report(table, clean)
+    assert "| Flower | shift-n | 1 | FedGrEM | 0.350 | 0.580 | 1.66 |" in text
+    assert len(misses) == 4
+    assert "1 raised" in misses[0] and "1 honest evicted" in misses[1]
+    assert "1.66x the clean fit (target 1.5x)" in misses[2] and "attackers caught in 67%" in misses[3]

@@ -172,11 +172,12 @@ def report(table, clean):
             limit = TARGET_ONE if n_bad == 1 else TARGET_THREE
             if mean > limit * ref:
                 misses.append(f"{path} {attack} x{n_bad} FedGrEM: {mean / ref:.2f}x the clean fit (target {limit}x)")
-    lines.append(f"\nFedGrEM over every attack: the attackers caught (flagged in `suspected_outliers_` or dropped by the "
-                 f"server) in {np.mean(caught):.0%} of fits (target {FLAGGED:.0%}), an honest client flagged in "
+    lines.append(f"\nFedGrEM over every attack: the attackers caught (flagged in `suspected_outliers_` or dropped by "
+                 f"the server) in {np.mean(caught):.0%} of fits (target {FLAGGED:.0%}), an honest client flagged in "
                  f"{np.mean(false):.0%} (target at most {FALSE_FLAGS:.0%}); in the clean fits, {clean['flags']:.0%}.")
     if np.mean(caught) < FLAGGED or np.mean(false) > FALSE_FLAGS:
-        misses.append(f"FedGrEM flags: attackers caught in {np.mean(caught):.0%}, honest flagged in {np.mean(false):.0%}")
+        misses.append(f"FedGrEM flags: attackers caught in {np.mean(caught):.0%}, honest flagged in "
+                      f"{np.mean(false):.0%}")
     return "\n".join(lines), misses
 
 

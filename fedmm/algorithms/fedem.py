@@ -8,6 +8,10 @@ server averages the clients' component parameters with weights ``n_k / n``
 SGD on a neural network; for the mixtures here the local M-step is closed-form,
 as in the FedGrEM paper's comparison. Variances, where estimated, are averaged
 the same way.
+
+No robustness: the average, weighted by the sizes the clients claim, goes where
+one client's replies push it (``docs/threat-model.md``; ``fedmm.flower.fit``
+warns).
 """
 
 from typing import NamedTuple

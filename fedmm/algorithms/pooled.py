@@ -4,7 +4,8 @@ Each client sends its responsibility-weighted sums; the server adds them and
 takes the M-step (or gradient step) once. Because the sums add up to the
 pooled data's sums, this is exactly EM on the pooled data, without moving a
 sample. Every client then holds the same parameters, mixing proportions
-included: the right model only when all clients are alike.
+included: the right model only when all clients are alike. No robustness: one
+client's sums move everyone's estimate (``docs/threat-model.md``).
 """
 
 from typing import NamedTuple
