@@ -11,7 +11,7 @@ import numpy as np
 from .algorithms._base import em_update
 from .families import MixtureParams
 from .families._base import one_hot
-from .protocol import put, stack, take
+from .protocol import Ledger, n_floats, put, stack, take
 from .robust import client_fold
 from .units import pooled_moments
 
@@ -86,14 +86,18 @@ class LocalClients:
     data : FederatedData
     mode : {"batched", "per-client"}
         One ``client_step`` over the contiguous array (the fast path), or one per client on its own rows.
+    ledger : Ledger, optional
+        Where the queries are recorded (:class:`fedmm.protocol.Ledger`; a new one by default).
     """
 
-    def __init__(self, family, data, mode="batched"):
+    def __init__(self, family, data, mode="batched", ledger=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
         self.family, self.data, self.mode = family, data, mode
         self.states = None
         self.folds = None
+        # What each query would send across parties (fedmm.flower's queries, one to one): the fit's communication_.
+        self.ledger = Ledger(data.n_clients) if ledger is None else ledger
 
     @property
     def n_samples(self):
@@ -111,6 +115,7 @@ class LocalClients:
 
     def start(self, strategy, params):
         """Every client takes its state from the start ``params`` (``strategy.client_start``)."""
+        self._record("start", None, params, 0, strategy)
         self.states = _clients(lambda d, p: strategy.client_start(p, d.n_samples), self.data, self.mode, params)
 
     def step(self, strategy, broadcast, heard=None):
@@ -122,54 +127,85 @@ class LocalClients:
         step = lambda d, s, b: strategy.client_step(self.family, d, s, b)  # noqa: E731
         if heard is None:
             messages, self.states = _clients(step, self.data, self.mode, self.states, broadcast)
-            return messages, np.arange(self.n_clients)
-        messages, states = _clients(step, self.data.clients(heard), self.mode, take(self.states, heard),
-                                    take(broadcast, heard))
-        self.states = put(self.states, heard, states)
-        return messages, heard
+        else:
+            messages, states = _clients(step, self.data.clients(heard), self.mode, take(self.states, heard),
+                                        take(broadcast, heard))
+            self.states = put(self.states, heard, states)
+        self._record("step", heard, broadcast.params, messages, strategy)
+        return messages, np.arange(self.n_clients) if heard is None else heard
 
     def loglik(self, params):
         """(K,) every client's log-likelihood at its row of ``params``."""
+        self._record("loglik", None, params, 1)
         return _clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params)
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
+        d = self.data.X.shape[1]
+        self._record("hello", None, 0, 1 + d + d * d + (2 if self.data.y is not None else 0))
         return pooled_moments(self.data)
 
     def set_units(self, units):
         """Every client moves its data into the fit's standard units and the family's design."""
+        d = len(units.x_shift)
+        self._record("units", None, d + d * d + 2, 1)
         data = units.transform(self.data)
         self.data = data.with_X(self.family.design(data.X))
 
     def family_starts(self, seeds, n_components, which=None):
         """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only)."""
         data = self.data if which is None else self.data.clients(np.asarray(which))
-        return client_family_starts(self.family, data, n_components, seeds)
+        starts = client_family_starts(self.family, data, n_components, seeds)
+        self._record("family_start", which, 0, starts)
+        return starts
 
     def user_start(self, weights, theta):
         """The start from given parameters, its variances fitted by each client (:func:`user_start`)."""
-        return user_start(self.family, self.data, weights, theta)
+        start = user_start(self.family, self.data, weights, theta)
+        self._record("user_start", None, start[:2], start)
+        return start
 
     def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
         """The clients ``which`` (bool mask) refit their proportions to ``params`` (:func:`fit_weights`)."""
+        self._record("fit_weights", None, n_floats(params) // self.n_clients + 1, params.weights)
         return fit_weights(self.family, self.data, params, which, max_iter, tol)
 
     def deal_folds(self, n_folds, seeds):
         """Every client deals its rows into ``n_folds`` folds from its own seed (:func:`fedmm.robust.client_fold`)."""
+        self._record("folds", None, 0, 0)
         self.folds = np.concatenate([client_fold(n, n_folds, seed) for n, seed in zip(self.n_samples, seeds)])
 
     def training(self, fold):
         """The clients' rows outside ``fold``, as clients of their own
         (:func:`fedmm.algorithms.tuning.select_penalty`)."""
-        return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode)
+        return LocalClients(self.family, self._fold_rows(self.folds != fold), self.mode, self.ledger)
 
     def held_out_loglik(self, fold, params):
         """(K,) every client's log-likelihood of its rows in ``fold`` at its row of ``params`` (0 with none)."""
-        return self.family.estep(self._fold_rows(self.folds == fold), params)[0]
+        held = self._fold_rows(self.folds == fold)
+        self._record("held_out", np.flatnonzero(held.n_samples), params, 1)
+        return self.family.estep(held, params)[0]
+
+    def _record(self, action, index, down, up, strategy=None):
+        """Record query ``action`` to the clients ``index`` (None: all) in :attr:`ledger`: ``down`` and ``up`` are
+        what each client is sent and replies, as a tree of all the clients' rows (so many numbers each) or a
+        number of floats per client; ``strategy``, the method whose start or round it is."""
+        method = "" if strategy is None else strategy.name or type(strategy).__name__
+        self.ledger.record(action, index, 8 * _per_client(down), 8 * _per_client(up), method=method)
 
     def _fold_rows(self, mask):
         client = np.repeat(np.arange(self.n_clients), self.n_samples)
         return self.data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=self.n_clients))
+
+
+def _per_client(part):
+    """Floats per client of ``part``: a tree (or array) with a leading client axis, or already a number."""
+    if part is None:
+        return 0
+    if not isinstance(part, tuple) and np.ndim(part) == 0:
+        return int(part)
+    rows = part[0] if isinstance(part, tuple) else part
+    return n_floats(part) // max(len(rows), 1)
 
 
 def as_clients(family, data, mode="batched"):

@@ -20,7 +20,8 @@ import numpy as np
 
 from .families import MixtureParams
 
-__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "take", "stack", "put", "n_floats"]
+__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "take", "stack", "put", "n_floats",
+           "n_bytes"]
 
 
 class ClientMessage(NamedTuple):
@@ -140,3 +141,60 @@ def stack(trees):
     if isinstance(first, tuple):
         return type(first)(*(stack([t[i] for t in trees]) for i in range(len(first))))
     return np.concatenate(trees)
+
+
+class Ledger:
+    """What a transport carried between the server and the clients, query by query: a fit's ``communication_``.
+
+    Every query (the units' sums, the starts, every round, the log-likelihoods, ...) is one message down to
+    each client asked and one message up from each that replied, of the arrays the protocol names: counted
+    in bytes of their numbers as fedmm's Flower codec sends them (float64, 8 bytes each; Flower's envelope,
+    the arrays' names and the query's settings not counted). :class:`fedmm.clients.LocalClients` records what
+    it would send, :class:`fedmm.flower.server.FlowerClients` what it sent and received, and the two agree
+    (``tests/test_communication.py``).
+
+    Parameters
+    ----------
+    n_clients : int
+    """
+
+    def __init__(self, n_clients):
+        self.actions, self.methods, self.asked, self.replied, self.down, self.up = [], [], [], [], [], []
+        self.client = {key: np.zeros(n_clients, dtype=np.int64) for key in
+                       ("messages_down", "messages_up", "bytes_down", "bytes_up")}
+
+    def record(self, action, index, down, up, replied=None, method=""):
+        """Query ``action`` sent ``down`` bytes to each client of ``index`` (positions; None: all) and received
+        ``up`` bytes from each, scalars (the same for every client) or one per client; ``replied`` (bool, one
+        per client of ``index``; default all) says who replied; ``method`` names the strategy whose
+        ``start`` or ``step`` it is (a start's local EM, or the fit's method)."""
+        index = np.arange(len(self.client["bytes_up"])) if index is None else np.asarray(index, dtype=np.int64)
+        down = np.broadcast_to(np.asarray(down, dtype=np.int64), index.shape)
+        replied = np.ones(index.shape, dtype=bool) if replied is None else np.asarray(replied, dtype=bool)
+        up = np.where(replied, np.broadcast_to(np.asarray(up, dtype=np.int64), index.shape), 0)
+        self.actions.append(action)
+        self.methods.append(method)
+        self.asked.append(len(index))
+        self.replied.append(int(replied.sum()))
+        self.down.append(int(down.sum()))
+        self.up.append(int(up.sum()))
+        # A query asks each client once: plain indexed additions (no repeated indices to accumulate).
+        self.client["messages_down"][index] += 1
+        self.client["messages_up"][index[replied]] += 1
+        self.client["bytes_down"][index] += down
+        self.client["bytes_up"][index] += up
+
+    def summary(self):
+        """``{"query", "method", "messages_down", "messages_up", "bytes_down", "bytes_up"}``, one entry per query
+        in order (a method's rounds are its ``"step"`` queries), and ``"client_<the same>"``, every client's
+        totals."""
+        counts = {"messages_down": self.asked, "messages_up": self.replied, "bytes_down": self.down,
+                  "bytes_up": self.up}
+        out = {"query": np.array(self.actions), "method": np.array(self.methods),
+               **{key: np.array(value, dtype=np.int64) for key, value in counts.items()}}
+        return {**out, **{f"client_{key}": value.copy() for key, value in self.client.items()}}
+
+
+def n_bytes(tree):
+    """The bytes of a message's numbers as fedmm's Flower codec sends them: 8 per float64."""
+    return 8 * n_floats(tree)

@@ -44,8 +44,13 @@ def _estimator(y, method, **options):
 
 
 def _fit_both(X, y, method, apps=None, **options):
+    """The in-process and the Flower fit; what crossed the wire is what the in-process fit counted, byte for
+    byte, query by query and client by client (the fit's communication_)."""
     ref = _estimator(y, method, **options).fit(X, *([] if y is None else [y]))
     remote = fit(_estimator(y, method, **options), LocalGrid(apps or _apps(X, y)))
+    if apps is None:
+        for key, value in ref.communication_.items():
+            np.testing.assert_array_equal(remote.communication_[key], value, err_msg=key)
     return ref, remote
 
 

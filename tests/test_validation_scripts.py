@@ -157,3 +157,10 @@ def test_shrinkage_floor_quick(capsys):
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |"))
     local, centre, soft, sized, linear = (float(cell.split()[0]) for cell in row.strip("| ").split("|")[1:])
     assert soft > 0.97 and sized < soft - 0.04 and linear < soft - 0.05 and linear < centre - 0.05
+
+
+def test_communication_quick(capsys):
+    """The communication table (quick: K = 10 and 100): every method's round sends its protocol's numbers."""
+    assert _load("communication").main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "| 100 | FedGrEM |" in out and "| 2536 |" in out and "| 1696 |" in out

@@ -181,6 +181,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
         self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
+        self.communication_ = clients.ledger.summary()
         self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
         self._set_centers(family, params, strategy.groups(result.diagnostics), units)
@@ -572,6 +573,13 @@ _SHARED_ATTRS_DOC = """
         ``"parameter_change"``, ``"messages"`` and ``"floats"`` sent in the round
         (``docs/decentralized.md``, "Communication"), and for FedGrEM ``"penalty"`` (``lambda_t``),
         ``"central_iterations"``, ``"pooled_fraction"`` and ``"groups"``.
+    communication_ : dict of ndarray
+        Everything the fit sent between the server and the clients, every start and restart included
+        (:class:`fedmm.protocol.Ledger`): per query, in order, its name (``"query"``: ``"hello"``,
+        ``"units"``, ``"family_start"``, ``"start"``, ``"step"`` (a round), ``"loglik"``, ...), the
+        messages and bytes down and up (``"messages_down"``, ``"bytes_down"``, ...), and each client's
+        totals (``"client_messages_down"``, ``"client_bytes_down"``, ...). Bytes of the numbers as Flower
+        carries them; the same in one process as on Flower (``docs/decentralized.md``, "Communication").
     center_ : ndarray of shape (n_components, n_features)
         The consensus: FedGrEM's ``nu_bar`` (its largest group's), the shared estimate of FedEM and
         the pooled methods, the median of the client estimates otherwise.

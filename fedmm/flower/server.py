@@ -31,7 +31,7 @@ from ..data import FederatedData
 from ..engine import divergence_bound
 from ..families import MixtureParams
 from ..methods import make_method
-from ..protocol import ClientMessage, stack, take
+from ..protocol import ClientMessage, Ledger, stack, take
 from ..robust import fold_sizes
 from ..units import FAR, far_from_others, moments_from_sums
 from .codec import arrays, config, encode, flatten, unflatten
@@ -143,9 +143,11 @@ class FlowerClients:
         self._settings = {}                  # sent with every query: a view's ``train_fold``
         self._n_folds = None
         self.names = {}
+        self.ledger = Ledger(len(self.nodes))  # what this federation's queries carried: the fit's communication_
         self._first_round = True
         self._template = None
         self.data_scale = None
+        self._method = ""
 
     @property
     def n_clients(self):
@@ -212,6 +214,7 @@ class FlowerClients:
         self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=strategy.name,
                   options=json.dumps(strategy.client_options()))
         self._sends_stats = strategy.sends_stats
+        self._method = strategy.name    # the method whose rounds the next step queries are
         self._first_round = True
 
     def step(self, strategy, broadcast, heard=None):
@@ -340,7 +343,7 @@ class FlowerClients:
                             message_type=f"query.{action}") for k, row, extra in zip(index, rows, config_rows)]
         position = {self.nodes[k]: k for k in index}
         raw = {k: "no reply in time" for k in index}
-        answered = set()
+        answered, up = set(), {}
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
             node = reply.metadata.src_node_id
             if node not in position or node in answered:
@@ -348,6 +351,7 @@ class FlowerClients:
                 continue
             answered.add(node)
             k = position[node]
+            up[k] = 0 if reply.has_error() else _payload(reply.content)
             if reply.has_error():
                 raw[k] = f"the client raised an error: {reply.error.reason}"
                 continue
@@ -358,6 +362,9 @@ class FlowerClients:
                 continue
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
             self.names[k] = config(reply.content).get("client-id")
+        method = settings.get("method", self._method if action == "step" else "")
+        self.ledger.record(action, index, [_payload(m.content) for m in messages], [up.get(k, 0) for k in index],
+                           [k in up for k in index], method=method)
         return raw
 
     def _check(self, raw, action, check, required):
@@ -389,6 +396,14 @@ class FlowerClients:
 
 #: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.
 _OWN_DATA = ("hello", "step")
+
+
+def _payload(content):
+    """The bytes of a message's arrays as they travel (0 for a record without arrays)."""
+    try:
+        return sum(len(array.data) for array in content["arrays"].values())
+    except Exception:  # anything a client could put in a record
+        return 0
 
 
 def _arrays_ok(values, shapes):
