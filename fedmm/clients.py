@@ -6,6 +6,8 @@ this process (here) or across real parties (:mod:`fedmm.flower`). Everything her
 data at a time (or, batched, several clients' side by side, each computed on alone).
 """
 
+import contextlib
+
 import numpy as np
 
 from .algorithms._base import em_update
@@ -15,9 +17,16 @@ from .protocol import Ledger, n_floats, put, stack, take
 from .robust import client_fold
 from .units import pooled_moments
 
-__all__ = ["MODES", "LocalClients", "as_clients", "fit_weights", "client_family_starts", "user_start"]
+__all__ = ["MODES", "TRANSPORT", "LocalClients", "Rowless", "strict_rows", "server_side", "as_clients", "fit_weights",
+           "client_family_starts", "user_start"]
 
 MODES = ("batched", "per-client")
+
+#: What the server side of a fit may ask of its clients: :class:`fedmm.flower.server.FlowerClients`'s interface.
+TRANSPORT = ("n_clients", "n_samples", "data_scale", "family", "ledger", "moments", "set_units", "family_starts",
+             "user_start", "start", "step", "loglik", "fit_weights", "deal_folds", "training", "held_out_loglik")
+
+_strict = [False]
 
 
 def user_start(family, data, weights, theta):
@@ -206,6 +215,41 @@ def _per_client(part):
         return int(part)
     rows = part[0] if isinstance(part, tuple) else part
     return n_floats(part) // max(len(rows), 1)
+
+
+class Rowless:
+    """In-process clients as the server side may see them: their :data:`TRANSPORT`, never their rows.
+
+    What a fit across separate parties is limited to (:mod:`fedmm.flower`), in one process: server-side code
+    that reaches for the rows (a start that pools them) fails here as it would across parties, instead of
+    silently working in one process only. In-process fits use it inside :func:`strict_rows`.
+    """
+
+    def __init__(self, clients):
+        self._clients = clients
+
+    def __getattr__(self, name):
+        if name not in TRANSPORT:
+            raise AttributeError(f"{name!r}: the server side reaches the clients through their transport only "
+                                 f"({', '.join(TRANSPORT)}), never their rows (fedmm.clients.strict_rows).")
+        value = getattr(self._clients, name)
+        return (lambda fold: Rowless(value(fold))) if name == "training" else value
+
+
+@contextlib.contextmanager
+def strict_rows():
+    """Within this context every in-process fit runs its server side on :class:`Rowless` clients: the test that
+    a method's path is federated, short of running it on Flower."""
+    before, _strict[0] = _strict[0], True
+    try:
+        yield
+    finally:
+        _strict[0] = before
+
+
+def server_side(clients):
+    """``clients`` as the server side of a fit sees them: :class:`Rowless` inside :func:`strict_rows`."""
+    return Rowless(clients) if _strict[0] else clients
 
 
 def as_clients(family, data, mode="batched"):

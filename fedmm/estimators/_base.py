@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import _params as P
 from ..alignment import ALIGNMENT_METHODS
-from ..clients import LocalClients, fit_weights
+from ..clients import LocalClients, fit_weights, server_side
 from ..data import FederatedData, check_component_sizes, check_components, check_empty_components
 from ..engine import Participation, Progress, fit_restarts
 from ..families import MixtureParams
@@ -130,7 +130,8 @@ class _FederatedMixture(BaseEstimator, ABC):
             self.feature_names_in_ = data.feature_names
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        return self._fit_clients(strategy, family, LocalClients(family, data), data.client_ids, data.n_features)
+        return self._fit_clients(strategy, family, server_side(LocalClients(family, data)), data.client_ids,
+                                 data.n_features)
 
     def _fit_clients(self, strategy, family, clients, client_ids, n_features):
         """The fit with the validated method object ``strategy``, talking to the clients only through
