@@ -20,8 +20,7 @@ import numpy as np
 
 from .families import MixtureParams
 
-__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "take", "stack", "put", "n_floats",
-           "n_bytes"]
+__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "take", "stack", "put", "n_floats"]
 
 
 class ClientMessage(NamedTuple):
@@ -193,8 +192,3 @@ class Ledger:
         out = {"query": np.array(self.actions), "method": np.array(self.methods),
                **{key: np.array(value, dtype=np.int64) for key, value in counts.items()}}
         return {**out, **{f"client_{key}": value.copy() for key, value in self.client.items()}}
-
-
-def n_bytes(tree):
-    """The bytes of a message's numbers as fedmm's Flower codec sends them: 8 per float64."""
-    return 8 * n_floats(tree)
