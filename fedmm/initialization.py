@@ -1,11 +1,14 @@
 """Starting values for every method (FedGrEM App. C.1 and B: local EM starts, then alignment).
 
+Every start is made from what clients send (their own starts, sums, log-likelihoods), never from
+their rows, so the one in this process is the one separate parties run (:mod:`fedmm.flower`).
+
 ``init`` chooses how the starts are made:
 
 - ``"family"``: the family's own start (k-means for Gaussians, a random
-  partition for regressions) then one M-step; on each client's data for
-  per-client methods, on the pooled data for pooled ones. One start per
-  restart.
+  partition for regressions) then one M-step, on each client's data; for
+  methods that share one estimate, the server clusters the clients' starts
+  into one (:func:`clustered_start`). One start per restart.
 - ``"local-em"``: local EM with ``n_init`` restarts on every client (each
   client keeps its best), then the clients' labels are aligned
   (:mod:`fedmm.alignment`). The paper initializes every federated method so
@@ -14,18 +17,17 @@
   does, so no alignment is needed. The server holds no data: the start is
   the family's start on one client drawn at random (a new client for each
   restart), with uniform mixing proportions.
-- ``"trimmed-pooled"``: EM with pooled components and every client's own
-  mixing proportions (FedEM's model, and FedGrEM's at ``lambda = infinity``)
-  on the clients' summed statistics, each
-  round leaving out the ``trim`` fraction of clients whose data the current
-  fit explains worst (the trimmed likelihood of Neykov et al., 2007, at the
-  level of clients), from candidate starts drawn on random halves of the
-  clients; the best trimmed fit is broadcast and every client then fits its
-  own mixing proportions to it (EM on the proportions). One start, in one labelling, that outlier
-  clients cannot capture, and that has the pooled data's accuracy where
-  clients are alike: where local EM cannot start (mixtures of regressions at
-  ``n_k = 150``, components missing on label-skewed clients) the
-  federation still can.
+- ``"trimmed-pooled"``: EM with pooled components and every client's own mixing proportions (FedEM's
+  model, and FedGrEM's at ``lambda = infinity``) on the clients' summed statistics, each round leaving
+  out the ``trim`` fraction of clients whose data the current fit explains worst (the trimmed
+  likelihood of Neykov et al., 2007, at the level of clients;
+  :class:`fedmm.algorithms.pooled.TrimmedPooledEM`), from candidate starts each clustered by the
+  server from the clients' own starts on a random half of the clients
+  (:func:`clustered_start`); the best trimmed fit is broadcast and every client then fits its own
+  mixing proportions to it (EM on the proportions). One start, in one labelling, that outlier clients
+  cannot capture, and that has the pooled data's accuracy where clients are alike: where local EM
+  cannot start (mixtures of regressions at ``n_k = 150``, components missing on label-skewed clients)
+  the federation still can.
 - ``"pooled-and-local"``: both of the above, the trimmed pooled start and
   (where every client has at least ``n_components`` samples) the aligned
   local-EM start, tried in that order; the strategy keeps the run it
@@ -44,46 +46,45 @@
 import numpy as np
 
 from .alignment import align
-from .algorithms._base import em_update
 from .algorithms.local import LocalEM
-from .clients import as_clients, fit_weights
-from .engine import fit_restarts
-from .families import MixtureParams, pool_stats
-from .robust import TRIM, client_seeds, first_best, kept_clients
+from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
+from .clients import as_clients
+from .engine import fit_restarts, run
+from .families import MixtureParams
+from .robust import TRIM, client_seeds, first_best, trusted_sizes
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
-#: The most rows of its half of the clients a candidate's family start (k-means) is drawn from.
-CANDIDATE_ROWS = 20_000
 
-__all__ = ["INITS", "make_starts", "align_params", "pooled_family_start", "client_family_starts", "common_start",
+__all__ = ["INITS", "make_starts", "align_params", "clustered_start", "client_family_starts", "common_start",
            "local_em_start", "trimmed_pooled_start"]
-#: Starts that need the rows of several clients in one place (k-means on pooled rows).
-POOLING_INITS = ("trimmed-pooled", "pooled-and-local")
 
 
-def pooled_family_start(family, data, n_components, random_state):
-    """The family's starting responsibilities on the pooled rows, then one M-step, broadcast to every client."""
-    resp = family.initial_resp(data.X, data.y, n_components, random_state)
-    stats = pool_stats(family.stats_from_resp(data, resp))
-    return em_update(family, stats, data.n_samples.sum(keepdims=True)).broadcast(data.n_clients)
+def client_family_starts(clients, n_components, random_state, which=None):
+    """The clients' own family starts (:func:`fedmm.clients.client_family_starts`), from a seed per client;
+    ``which``: those clients only."""
+    n_k = clients.n_samples if which is None else clients.n_samples[which]
+    _check_clients_can_start(n_k, n_components)
+    return clients.family_starts(client_seeds(random_state, len(n_k)), n_components, which)
 
 
-def client_family_starts(clients, n_components, random_state):
-    """Every client's own family start (:func:`fedmm.clients.client_family_starts`), from a seed per client."""
-    _check_clients_can_start(clients.n_samples, n_components)
-    return clients.family_starts(client_seeds(random_state, clients.n_clients), n_components)
+def clustered_start(family, starts, sizes, n_components, random_state):
+    """One start (a single client's row) from clients' own starts, combined by the server.
 
+    Every client's components ``theta_r^{(k)}`` stand for ``sizes_k w_r^{(k)}`` samples; the family
+    combines them into ``n_components`` shared components (:meth:`~fedmm.families.Family.combine_starts`):
+    Gaussians by k-FED, weighted k-means of the components (Dennis, Li & Smith, ICML 2021, one-shot
+    federated clustering), then the M-step of the rows the members stand for; regressions, whose
+    starts are random partitions, by label.
 
-def _rows(clients, what):
-    """The clients' rows in this process, for starts that pool rows; a clear error across separate parties."""
-    data = getattr(clients, "data", None)
-    if data is None:
-        raise ValueError(f"{what} pools the rows of several clients (k-means on them), which separate parties "
-                         "cannot do; use init='local-em' or 'common', or give initial values (weights_init and "
-                         "means_init / coef_init).")
-    return data
+    Parameters
+    ----------
+    starts : MixtureParams of shape (K', R, ...)
+    sizes : ndarray of shape (K',)
+        What each client counts: :func:`fedmm.robust.trusted_sizes` of the claimed sizes.
+    """
+    return family.combine_starts(starts, sizes[:, None] * starts.weights, n_components, random_state)
 
 
 def _check_clients_can_start(n_samples, n_components):
@@ -110,64 +111,35 @@ def common_start(clients, n_components, random_state):
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
 
 
-def trimmed_pooled_start(family, data, n_components, n_init, max_iter, tol, random_state, trim=TRIM):
+def trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, random_state, trim=TRIM):
     """Trimmed pooled EM (see the module docstring), then each client's proportions at its components.
 
-    Each round keeps the ``K - floor(trim K)`` clients with the highest mean
-    log-likelihood per sample (per sample, so that a large client is not
-    trimmed for its size) and takes the M-step of their summed statistics:
-    with equal client sizes a concentration step, so the trimmed
-    log-likelihood never decreases (as in FAST-LTS and the trimmed likelihood
-    estimator). A start
-    drawn from all clients' data can already hold an outlier client's
-    component, so, as those algorithms do, the candidates start from the
-    family's start on random halves of the clients: ``max(n_init, 10)`` of
-    them run ``CANDIDATE_STEPS`` concentration steps, and the best continues
-    to convergence.
+    The clients that can (at least ``n_components`` samples) send their own starts once; each candidate
+    is the server's :func:`clustered_start` of a random half of them: a start drawn from all clients can
+    already hold an outlier client's component, so, as FAST-LTS and the trimmed likelihood estimator do,
+    the candidates start from random halves. ``max(n_init, CANDIDATES)`` of them run
+    ``CANDIDATE_STEPS`` rounds of :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the one with the
+    highest trimmed log-likelihood per sample continues to convergence, and every client fits its own
+    proportions to the result.
     """
-    n_k = data.n_samples
-    K = data.n_clients
+    n_k = clients.n_samples
+    K = clients.n_clients
+    starts, sizes = _own_starts(clients, n_components, random_state)
+    strategy = TrimmedPooledEM(trim)
 
-    def concentrate(params, steps):
-        previous = score = None
-        for _ in range(steps):
-            loglik, stats = family.estep(data, params)
-            keep = kept_clients(loglik / n_k, trim)
-            score = loglik[keep].sum() / n_k[keep].sum()
-            kept_stats = type(stats)(*(None if f is None else f[keep] for f in stats))
-            shared = em_update(family, pool_stats(kept_stats), n_k[keep].sum(keepdims=True)).broadcast(K)
-            # Components pooled, proportions each client's own (Algorithm 1's w_r = N_r / n_k; FedEM eq. (9)):
-            # the model FedGrEM fits, at lambda = infinity.
-            params = shared._replace(weights=stats.N / n_k[:, None])
-            if previous is not None and abs(score - previous) < tol:
-                break
-            previous = score
-        return params, score
+    def concentrate(start, steps):
+        result = run(strategy, family, clients, start, steps, tol)
+        return result.params, trimmed_loglik(result.loglik, n_k, trim)[1]
 
     candidates = []
     for _ in range(max(n_init, CANDIDATES)):
-        subset = _candidate_rows(data, random_state)
-        if subset.n_samples.sum() < n_components:
-            subset = data
-        start = pooled_family_start(family, subset, n_components, random_state).take([0]).broadcast(K)
+        able = len(sizes)
+        half = np.sort(random_state.choice(able, size=(able + 1) // 2, replace=False)) if able >= 4 else np.arange(able)
+        start = clustered_start(family, starts.take(half), sizes[half], n_components, random_state).broadcast(K)
         candidates.append(concentrate(start, CANDIDATE_STEPS))
     best = candidates[first_best([score for _, score in candidates])][0]
     best, _ = concentrate(best, max_iter)
-    return best._replace(weights=fit_weights(family, data, best, max_iter=max_iter, tol=tol))
-
-
-def _candidate_rows(data, random_state):
-    """The rows a candidate start is drawn on: a random half of the clients, and of their rows at most
-    ``CANDIDATE_ROWS`` drawn at random (a rough start, which the concentration steps on all rows refine;
-    k-means on every row of half of a large federation cost more than the steps)."""
-    K = data.n_clients
-    half = np.sort(random_state.choice(K, size=max((K + 1) // 2, 1), replace=False)) if K >= 4 else np.arange(K)
-    rows = data.client_rows(half)
-    if len(rows) <= CANDIDATE_ROWS:
-        return data.clients(half)
-    keep = np.sort(random_state.choice(len(rows), CANDIDATE_ROWS, replace=False))  # positions among the half's rows
-    held = np.bincount(np.searchsorted(np.cumsum(data.n_samples[half]), keep, side="right"), minlength=len(half))
-    return data.take_rows(rows[keep], held[held > 0], data.client_ids[half][held > 0])
+    return best._replace(weights=clients.fit_weights(best, None, max_iter, tol))
 
 
 def align_params(params, method, random_state):
@@ -194,8 +166,7 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     Parameters
     ----------
     data : FederatedData or a transport of clients (:mod:`fedmm.clients`)
-        Across separate parties (:mod:`fedmm.flower`) every start but those that pool rows
-        (``"trimmed-pooled"``, ``"pooled-and-local"``, and ``"family"`` for shared methods) works.
+        Every start runs on any transport, in this process or across separate parties (:mod:`fedmm.flower`).
     user : tuple (weights, theta) or MixtureParams, optional
         User-supplied start; overrides ``init``.
 
@@ -218,20 +189,36 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state)]
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
-    if init in POOLING_INITS:
-        rows = _rows(clients, f"init={init!r}")
-        starts = [(trimmed_pooled_start(family, rows, n_components, n_init, max_iter, tol, random_state), None)]
-        if init == "pooled-and-local" and rows.n_samples.min() >= n_components and rows.n_clients > 1:
+    if init in ("trimmed-pooled", "pooled-and-local"):
+        starts = [(trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, random_state), None)]
+        if init == "pooled-and-local" and clients.n_samples.min() >= n_components and clients.n_clients > 1:
             starts.append(local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment,
                                          random_state))
         return starts
     if algorithm.shared:
-        rows = _rows(clients, "init='family' for a method that shares one estimate")
-        return [(pooled_family_start(family, rows, n_components, random_state), None) for _ in range(n_init)]
+        return [(_shared_family_start(family, clients, n_components, random_state), None) for _ in range(n_init)]
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
     if algorithm.per_client:
         return [(start, None) for start in starts]
     return [_aligned(start, alignment, random_state) for start in starts]
+
+
+def _shared_family_start(family, clients, n_components, random_state):
+    """The family start of a method that shares one estimate: every able client's own start, clustered by the
+    server (:func:`clustered_start`), broadcast."""
+    starts, sizes = _own_starts(clients, n_components, random_state)
+    return clustered_start(family, starts, sizes, n_components, random_state).broadcast(clients.n_clients)
+
+
+def _own_starts(clients, n_components, random_state):
+    """The own starts of the clients that can make one (at least ``n_components`` samples), and their trusted
+    sizes: what the server clusters (:func:`clustered_start`)."""
+    able = np.flatnonzero(clients.n_samples >= n_components)
+    if able.size == 0:
+        raise ValueError(f"No client has n_components={n_components} samples or more to make its own start from; "
+                         "give initial values (weights_init and means_init / coef_init).")
+    starts = client_family_starts(clients, n_components, random_state, able)
+    return starts, trusted_sizes(clients.n_samples)[able]
 
 
 def _aligned(params, alignment, random_state):

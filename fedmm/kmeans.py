@@ -22,11 +22,13 @@ from numba import njit, prange
 
 from .threads import parallel_kernel
 
-__all__ = ["n_trials", "n_uniforms", "seeding_uniforms", "kmeans_labels", "kmeans_plus_plus", "lloyd_labels",
-           "kmeans_labels_clients"]
+__all__ = ["n_trials", "n_uniforms", "seeding_uniforms", "kmeans_labels", "best_kmeans_labels", "kmeans_plus_plus",
+           "lloyd_labels", "kmeans_labels_clients"]
 
 MAX_ITER = 300
 TOL = 1e-4
+#: k-means runs :func:`best_kmeans_labels` keeps the best of (scikit-learn's ``KMeans`` default before 1.4).
+N_INIT = 10
 
 
 def n_trials(n_components):
@@ -50,25 +52,48 @@ def seeding_uniforms(seeds, n_components):
     return out
 
 
-def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER):
-    """One client's k-means labels (n,): the numpy reference of :func:`kmeans_labels_clients`."""
-    return lloyd_labels(X, kmeans_plus_plus(X, n_components, uniforms), max_iter)
+def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER, sample_weight=None):
+    """One client's k-means labels (n,): the numpy reference of :func:`kmeans_labels_clients`.
+
+    With ``sample_weight``, weighted k-means (each row counts its weight; scikit-learn's ``KMeans``
+    with ``sample_weight``): the server's clustering of the clients' own centres, each weighted by
+    the samples it stands for (:func:`fedmm.initialization.clustered_start`).
+    """
+    return lloyd_labels(X, kmeans_plus_plus(X, n_components, uniforms, sample_weight), max_iter, sample_weight)
 
 
-def kmeans_plus_plus(X, n_components, uniforms):
-    """Greedy k-means++ centres (R, d) of one client's rows, choices made by ``uniforms``."""
+def best_kmeans_labels(X, n_components, random_state, sample_weight=None, n_init=N_INIT):
+    """The labels (n,) of the best of ``n_init`` weighted k-means runs (:func:`kmeans_labels`): the lowest
+    weighted inertia ``sum_i w_i ||x_i - c_{label_i}||^2``, the first of equals."""
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    best, lowest = None, np.inf
+    for _ in range(n_init):
+        labels = kmeans_labels(X, n_components, random_state.random_sample(n_uniforms(n_components)),
+                               sample_weight=w)
+        member = np.eye(n_components)[labels] * w[:, None]                          # (n, R)
+        centers = member.T @ X / np.maximum(member.sum(axis=0), np.finfo(float).tiny)[:, None]
+        inertia = w @ ((X - centers[labels]) ** 2).sum(axis=1)
+        if inertia < lowest:
+            best, lowest = labels, inertia
+    return best
+
+
+def kmeans_plus_plus(X, n_components, uniforms, sample_weight=None):
+    """Greedy k-means++ centres (R, d) of one client's rows, choices made by ``uniforms``; a row is drawn
+    with probability proportional to its weight times its squared distance to the nearest centre."""
     n = len(X)
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
     T = n_trials(n_components)
     centers = np.empty((n_components, X.shape[1]))
-    centers[0] = X[min(int(uniforms[0] * n), n - 1)]
-    closest = ((X - centers[0]) ** 2).sum(axis=1)
+    centers[0] = X[min(int(np.searchsorted(np.cumsum(w), uniforms[0] * w.sum(), side="right")), n - 1)]
+    closest = w * ((X - centers[0]) ** 2).sum(axis=1)
     for c in range(1, n_components):
         best, best_pot, best_d = -1, np.inf, None
         cumulative = np.cumsum(closest)
         for t in range(T):
             target = uniforms[1 + (c - 1) * T + t] * cumulative[-1]
             i = min(int(np.searchsorted(cumulative, target, side="right")), n - 1)
-            d = np.minimum(closest, ((X - X[i]) ** 2).sum(axis=1))
+            d = np.minimum(closest, w * ((X - X[i]) ** 2).sum(axis=1))
             pot = d.sum()
             if pot < best_pot:
                 best, best_pot, best_d = i, pot, d
@@ -77,11 +102,15 @@ def kmeans_plus_plus(X, n_components, uniforms):
     return centers
 
 
-def lloyd_labels(X, centers, max_iter=MAX_ITER):
-    """Lloyd's iterations from ``centers`` with scikit-learn's stopping rule; the final labels (n,)."""
+def lloyd_labels(X, centers, max_iter=MAX_ITER, sample_weight=None):
+    """Lloyd's iterations from ``centers`` with scikit-learn's stopping rule; the final labels (n,).
+    With weights, centres are their rows' weighted means and the tolerance's variance is weighted too, so that
+    a weight counts as so many copies of the row."""
     centers = np.array(centers, dtype=float)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
     labels, settled = np.full(len(X), -1), False
-    tol = TOL * X.var(axis=0).mean()
+    mean = w @ X / w.sum()
+    tol = TOL * (w @ (X - mean) ** 2 / w.sum()).mean()
     for _ in range(max_iter):
         distance = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2)
         new = distance.argmin(axis=1)
@@ -90,8 +119,8 @@ def lloyd_labels(X, centers, max_iter=MAX_ITER):
         labels, previous = new, centers.copy()
         for r in range(len(centers)):
             mine = labels == r
-            if mine.any():
-                centers[r] = X[mine].sum(axis=0) / mine.sum()
+            if w[mine].sum() > 0:
+                centers[r] = w[mine] @ X[mine] / w[mine].sum()
         settled = ((centers - previous) ** 2).sum() <= tol
     return labels
 

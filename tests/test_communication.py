@@ -140,8 +140,7 @@ def test_batched_and_per_client_rounds_agree_under_partial_participation(method)
 def test_communication_counts_every_query_and_the_rounds_as_history_does(method):
     """communication_: the units' sums (1 + d + d^2 numbers up), the units (d + d^2 + 2 down, 1 up), the
     common start, every round one message each way per client of the protocol's numbers (as history_'s
-    floats), the final log-likelihoods; every client's totals add up to the queries'. (Starts that pool rows
-    read them in this process, not through the clients, and cannot be counted: issue 45.)"""
+    floats), the final log-likelihoods; every client's totals add up to the queries'."""
     X, gm = _gmm(method=method, init="common")
     gm.fit(X)
     c = gm.communication_

@@ -14,19 +14,11 @@ from fedmm.methods import METHODS
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 
-#: Methods whose default start still pools rows (init="pooled-and-local", or "family" for a shared estimate):
-#: issue 45, item 1. When that lands these pass, and the strict xfail makes this list fail until it is emptied.
-POOLING_DEFAULTS = {"fedgrem", "d-fedgrem", "pooled-em", "pooled-grem"}
-
-
 @pytest.mark.parametrize("regression", [False, True], ids=["gmm", "mor"])
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_every_methods_defaults_run_without_the_server_reading_rows(method, regression, request):
+def test_every_methods_defaults_run_without_the_server_reading_rows(method, regression):
     """Inside strict_rows the server side gets Rowless clients: only the transport, as across parties. A
     default path that pools rows raises there instead of silently working in one process only."""
-    if method in POOLING_DEFAULTS:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=ValueError,
-                                              reason="its default start pools rows (issue 45, item 1)"))
     X, _ = make_federated_gmm(6, 80, random_state=0)
     Xr, y, _ = make_federated_mor(6, 120, random_state=0)
     fit = ((lambda: FederatedMixtureRegression(3, method=method, random_state=0).fit(Xr, y)) if regression else

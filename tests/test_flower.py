@@ -40,7 +40,8 @@ def _mor(K=6, **kwargs):
 def _estimator(y, method, **options):
     """The estimator of ``method`` (a name) with ``options``, the method's own among them going to it."""
     cls = FederatedGaussianMixture if y is None else FederatedMixtureRegression
-    return cls(5, init=INIT[method], **gather_options({"method": method, "random_state": 0, "max_iter": 200, **options}))
+    options = {"init": INIT.get(method, "auto"), "method": method, "random_state": 0, "max_iter": 200, **options}
+    return cls(5, **gather_options(options))
 
 
 def _fit_both(X, y, method, apps=None, **options):
@@ -55,12 +56,14 @@ def _fit_both(X, y, method, apps=None, **options):
 
 
 @pytest.mark.parametrize("model", [_gmm, _mor])
-@pytest.mark.parametrize("method", ["fedgrem", "fedem"])
-def test_a_flower_fit_equals_the_fit_in_one_process(model, method):
-    """Units, starts (local EM and alignment, or one client's start), rounds and restarts through
+@pytest.mark.parametrize("method", ["fedgrem", "fedem", "pooled-em", "pooled-grem"])
+@pytest.mark.filterwarnings("ignore:method=.* makes no promise")
+def test_a_flower_fit_with_the_defaults_equals_the_fit_in_one_process(model, method):
+    """Units, the default starts (FedGrEM's trimmed pooled start from the clients' own starts and aligned
+    local EM; one client's start; the clients' starts clustered by the server), rounds and restarts through
     Flower messages give the in-process parameters to 1e-8 (they agree to the last bit here)."""
     X, y, _ = model(outlier_clients=[5])
-    ref, remote = _fit_both(X, y, method)
+    ref, remote = _fit_both(X, y, method, init="auto")
     theta = (lambda e: e.means_) if y is None else (lambda e: e.coef_)
     np.testing.assert_allclose(theta(remote), theta(ref), rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)

@@ -1,5 +1,3 @@
-from unittest import mock
-
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
@@ -9,7 +7,8 @@ from fedmm.methods import METHODS
 from fedmm.algorithms._base import em_update
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, pool_stats
-from fedmm.initialization import _candidate_rows, make_starts, trimmed_pooled_start
+from fedmm.clients import LocalClients
+from fedmm.initialization import clustered_start, make_starts, trimmed_pooled_start
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
@@ -123,7 +122,7 @@ def test_trimmed_pooled_start_is_not_captured_by_an_outlier_client():
     X, truth = _outlier_design()
     family = GaussianFamily("diag")
     data = FederatedData.from_input(X)
-    start = trimmed_pooled_start(family, data, 4, 2, 200, 1e-6, np.random.RandomState(0))
+    start = trimmed_pooled_start(family, LocalClients(family, data), 4, 2, 200, 1e-6, np.random.RandomState(0))
     honest = np.delete(np.arange(8), 5)
     w_err, err = estimation_errors(start.weights[honest], start.theta[honest], truth.weights[honest],
                                    truth.theta[honest])
@@ -161,7 +160,7 @@ def test_trimmed_pooled_start_fits_every_clients_own_proportions():
     X = [np.where(rng.rand(400, 1) < w[0], 0.0, 2.0) + rng.randn(400, 1) for w in weights]
     family = GaussianFamily("diag")
     data = FederatedData.from_input(X)
-    start = trimmed_pooled_start(family, data, 2, 2, 2000, 1e-12, np.random.RandomState(0))  # 4 clients: none trimmed
+    start = trimmed_pooled_start(family, LocalClients(family, data), 2, 2, 2000, 1e-12, np.random.RandomState(0))  # 4 clients: none trimmed
     _, stats = family.estep(data, start)
     theta, _ = family.m_step(pool_stats(stats))
     assert np.abs(theta[0] - start.theta[0]).max() < 1e-4
@@ -174,15 +173,38 @@ def test_trimmed_pooled_start_fits_every_clients_own_proportions():
     assert np.abs(shared.theta[0] - start.theta[0]).max() > 1e-2
 
 
-def test_a_candidate_start_is_drawn_on_at_most_CANDIDATE_ROWS_rows_of_half_the_clients():
-    """Below the cap a candidate gets every row of its half of the clients; above it, a random subset of
-    those rows, each still labelled with its own client."""
-    X = [np.full((n, 1), k, dtype=float) for k, n in enumerate([30, 50, 20, 40, 60, 10])]
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "tied", "full"])
+def test_the_server_clusters_the_clients_own_starts_into_the_pooled_m_step(covariance_type):
+    """k-FED: where every client's own start found the same clusters, the server's clustered start is the
+    M-step of the union of the clients' rows so labelled: each component's mean, share and variance (within
+    and between the clients' components) from the sums the clients' means and variances stand for."""
+    rng = np.random.RandomState(0)
+    X = [CENTERS[rng.randint(4, size=n)] + rng.standard_normal((n, 2)) * [1.0, 0.5] for n in (80, 120, 200)]
+    family = GaussianFamily(covariance_type)
     data = FederatedData.from_input(X)
-    small = _candidate_rows(data, np.random.RandomState(0))
-    assert small.n_clients == 3 and np.array_equal(small.n_samples, data.n_samples[small.client_ids])
-    with mock.patch("fedmm.initialization.CANDIDATE_ROWS", 25):
-        capped = _candidate_rows(data, np.random.RandomState(0))
-    assert capped.n_samples.sum() == 25 and set(capped.client_ids) <= set(small.client_ids)
-    for k, client in enumerate(capped.client_ids):
-        assert np.all(capped.client(k)[0] == client)  # every row is its client's (X holds the client's index)
+    starts = LocalClients(family, data).family_starts([1, 2, 3], 4)
+    start = clustered_start(family, starts, data.n_samples.astype(float), 4, np.random.RandomState(0))
+    rows = np.vstack(X)
+    labels = np.argmin(((rows[:, None] - CENTERS) ** 2).sum(-1), axis=1)
+    pooled = FederatedData.from_input([rows])
+    theta, scale = family.m_step(family.stats_from_resp(pooled, np.eye(4)[labels]))
+    order = [int(np.argmin(np.linalg.norm(start.theta[0] - c, axis=1))) for c in CENTERS]
+    np.testing.assert_allclose(start.theta[0, order], theta[0], atol=1e-10)
+    np.testing.assert_allclose(start.weights[0, order], np.bincount(labels) / len(rows), atol=1e-12)
+    np.testing.assert_allclose(start.scale[0, order], scale[0], atol=1e-5)   # reg_covar (1e-6) counted twice
+
+
+def test_the_server_matches_regression_starts_by_label():
+    """A random partition's labels mean nothing, so the server does not cluster regression starts (it would
+    group the clients, whose components all sit near the client's whole-data fit): component r of every
+    client joins component r, averaged by the samples it stands for."""
+    from fedmm.families import RegressionFamily
+    from fedmm.families._base import MixtureParams
+    rng = np.random.RandomState(0)
+    starts = MixtureParams(rng.dirichlet(np.ones(3), size=4), rng.standard_normal((4, 3, 2)), rng.gamma(2.0, size=(4, 3, 1)))
+    sizes = np.array([50.0, 100.0, 150.0, 200.0])
+    start = clustered_start(RegressionFamily(), starts, sizes, 3, np.random.RandomState(0))
+    mass = sizes[:, None] * starts.weights
+    np.testing.assert_allclose(start.theta[0], (mass[..., None] * starts.theta).sum(0) / mass.sum(0)[:, None])
+    np.testing.assert_allclose(start.scale[0], (mass[..., None] * starts.scale).sum(0) / mass.sum(0)[:, None])
+    np.testing.assert_allclose(start.weights[0], mass.sum(0) / mass.sum())

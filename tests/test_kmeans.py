@@ -5,7 +5,8 @@ from sklearn.cluster import KMeans
 
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily
-from fedmm.kmeans import kmeans_labels, kmeans_labels_clients, kmeans_plus_plus, lloyd_labels, seeding_uniforms
+from fedmm.kmeans import (best_kmeans_labels, kmeans_labels, kmeans_labels_clients, kmeans_plus_plus, lloyd_labels,
+                          n_uniforms, seeding_uniforms)
 from fedmm.simulate import make_federated_gmm
 
 
@@ -69,3 +70,40 @@ def test_each_clients_uniforms_are_its_own_generators_first_ones():
     U = seeding_uniforms([7, 0, 7, 2 ** 32 - 1], 5)
     for row, seed in zip(U, [7, 0, 7, 2 ** 32 - 1]):
         np.testing.assert_array_equal(row, np.random.RandomState(seed).random_sample(U.shape[1]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=3, max_size=12), st.integers(1, 3), st.integers(0, 10 ** 6))
+def test_a_rows_integer_weight_counts_as_that_many_copies_of_it(counts, R, seed):
+    """Weighted k-means (the server's clustering of the clients' own centres) is k-means on the rows each
+    repeated by its weight: the same k-means++ centres and the same labels."""
+    X = np.random.RandomState(seed).standard_normal((len(counts), 2))
+    R = min(R, len(counts))
+    u = seeding_uniforms([seed], R)[0]
+    repeated = np.repeat(X, counts, axis=0)
+    np.testing.assert_array_equal(kmeans_plus_plus(X, R, u, sample_weight=counts), kmeans_plus_plus(repeated, R, u))
+    labels = kmeans_labels(X, R, u, sample_weight=counts)
+    np.testing.assert_array_equal(np.repeat(labels, counts), kmeans_labels(repeated, R, u))
+
+
+def test_weighted_lloyd_reaches_scikit_learns_labels():
+    X = np.random.RandomState(4).standard_normal((600, 3)) + 8 * (np.arange(600) % 4)[:, None]
+    w = np.random.RandomState(5).gamma(2.0, size=600)
+    centers = kmeans_plus_plus(X, 4, seeding_uniforms([1], 4)[0], sample_weight=w)
+    theirs = KMeans(4, init=centers, n_init=1, algorithm="lloyd").fit(X, sample_weight=w)
+    np.testing.assert_array_equal(lloyd_labels(X, centers, sample_weight=w), theirs.labels_)
+
+
+def test_the_best_of_several_runs_has_the_lowest_inertia_and_the_first_is_the_single_run():
+    X = np.random.RandomState(6).standard_normal((200, 2)) + 5 * (np.arange(200) % 5)[:, None]
+    w = np.random.RandomState(7).gamma(2.0, size=200)
+
+    def inertia(labels):
+        return sum(w[labels == r] @ ((X[labels == r] - w[labels == r] @ X[labels == r] / w[labels == r].sum()) ** 2
+                                     ).sum(axis=1) for r in np.unique(labels))
+    one = best_kmeans_labels(X, 5, np.random.RandomState(0), w, n_init=1)
+    rng = np.random.RandomState(0)
+    np.testing.assert_array_equal(one, kmeans_labels(X, 5, rng.random_sample(n_uniforms(5)), sample_weight=w))
+    runs = [kmeans_labels(X, 5, rng.random_sample(n_uniforms(5)), sample_weight=w) for _ in range(9)]
+    best = best_kmeans_labels(X, 5, np.random.RandomState(0), w, n_init=10)
+    assert np.isclose(inertia(best), min(inertia(r) for r in [one] + runs))

@@ -37,8 +37,8 @@ from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
 
 K, N, R = 10, 120, 5
-#: Methods and the starts separate parties can make (issue 45 makes these the defaults).
-METHODS = {"FedGrEM": dict(method="fedgrem", init="local-em"), "FedEM": dict(method="fedem", init="common")}
+#: The methods with their defaults (every start is made from messages, so the defaults run across parties).
+METHODS = {"FedGrEM": dict(method="fedgrem"), "FedEM": dict(method="fedem")}
 FLOWER = tuple(ATTACKS) + ("copy",)
 IN_PROCESS = ("heavy-shift", "huge", "label-flip", "copy")
 QUICK = dict(flower=("shift-n", "hello-sum_x", "stats-Sxx", "theta-1e12", "units-scale", "copy"),

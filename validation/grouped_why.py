@@ -4,7 +4,7 @@ The design: ``fedmm.simulate.make_grouped_gmm(spread=6.0)``, three groups of fou
 its own component centres, 60 samples in R^5, one outlier client; spherical covariances; the median over
 the groups of each group's mean parameter error, then the median over seeds. The suspects:
 
-- **the start**: FedGrEM's default start pools rows across clients (the trimmed pooled start), which
+- **the start**: FedGrEM's default start pools the clients' statistics (the trimmed pooled start), which
   gives every group the majority's components; ``init="local-em"`` starts each client from its own fit;
 - **the restarts from the consensus** (``center_restarts=1``): a client left unpooled restarts from the
   one centre, which belongs to no group;

@@ -13,7 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..families import MixtureParams, pool_stats
-from ..protocol import Broadcast
+from ..protocol import Broadcast, take
+from ..robust import TRIM, kept_clients, trusted_sizes
 from ._base import (CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, Strategy, em_update, grem_update,
                     step_sizes)
 from .fedem import SharedComponents
@@ -26,6 +27,7 @@ class PooledState(NamedTuple):
     family: object
     params: MixtureParams
     w0: np.ndarray
+    apart: np.ndarray | None = None
 
 
 class _Pooled(Strategy):
@@ -93,3 +95,58 @@ class PooledGrEM(_Pooled, GradientStrategy):
     def _update(self, state, stats, n):
         eta = step_sizes(state.w0, stats, n, self.C_eta, self.eta_rule)
         return grem_update(state.family, stats, state.params, eta, n)
+
+
+def trimmed_loglik(loglik, n_k, trim):
+    """``(kept, value)``: the clients left after leaving out the ``floor(trim K)`` with the lowest log-likelihood
+    per sample, and the mean of their log-likelihoods per sample: the trimmed log-likelihood that
+    :class:`TrimmedPooledEM` climbs and that scores its candidates. A mean of the clients' own, so that a
+    claimed size weighs nothing in it."""
+    per_sample = loglik / n_k
+    kept = kept_clients(per_sample, trim)
+    return kept, per_sample[kept].mean()
+
+
+class TrimmedPooledEM(_Pooled):
+    """The concentration steps of the trimmed pooled start (:func:`fedmm.initialization.trimmed_pooled_start`).
+
+    EM with pooled components and every client's own mixing proportions (FedEM's model, and FedGrEM's at
+    ``lambda = infinity``; FedEM eq. (9), FedGrEM Algorithm 1's ``w_r = N_r / n_k``), whose M-step sums the
+    statistics of the clients the current fit explains best only: each round leaves out the ``floor(trim K)``
+    clients with the lowest mean log-likelihood per sample (per sample, so that a large client is not trimmed
+    for its size; the trimmed likelihood of Neykov et al., 2007, at the level of clients). With equal client
+    sizes each round is a concentration step, so the trimmed log-likelihood never decreases (as in FAST-LTS).
+    A kept client's sums count by its :func:`fedmm.robust.trusted_sizes`, as its pull on FedGrEM's centre does.
+    The rounds stop once every client's log-likelihood settles, but for the clients trimmed and those that
+    claim more samples than they are counted by (:meth:`may_keep_moving`): a party whose reports never
+    settle cannot hold the start for ``max_iter`` rounds by lying about its size.
+
+    A start, not a method of its own (it is not in :data:`fedmm.methods.METHODS`): the clients' side is pooled
+    EM's, so it runs on every transport.
+    """
+
+    name = "trimmed-pooled-em"
+    shared = False      # the proportions are each client's own
+    ascent = False      # the trimmed likelihood climbs; the total need not
+
+    def __init__(self, trim=TRIM):
+        self.trim = trim
+
+    def server_step(self, messages, state, t):
+        keep, _ = trimmed_loglik(messages.loglik, messages.n, self.trim)
+        trust = trusted_sizes(messages.n) / messages.n
+        stats = take(messages.stats, keep)
+        stats = pool_stats(type(stats)(*(None if f is None else f * trust[keep].reshape((-1,) + (1,) * (f.ndim - 1))
+                                         for f in stats)))
+        shared = em_update(state.family, stats, stats.N.sum(axis=1))
+        params = shared.broadcast(len(messages.n))._replace(weights=messages.weights)
+        apart = trust < 1.0
+        apart[np.isin(np.arange(len(apart)), keep, invert=True)] = True
+        return Broadcast(params), state._replace(params=shared, apart=apart)
+
+    def diagnostics(self, state):
+        return state.apart
+
+    def may_keep_moving(self, diagnostics, params, n_k):
+        """The clients this round trimmed or counted by fewer samples than they claim."""
+        return diagnostics

@@ -508,8 +508,10 @@ _SHARED_PARAMS_DOC = """
     tol : float, default=1e-3
         Stop when no client's mean log-likelihood per sample changes by this much.
     init : {"auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local"}, default="auto"
-        How starts are made (``docs/alignment.md``, ``docs/units.md``): the
-        family's start on each client (or the pooled data), local EM on every
+        How starts are made (``docs/alignment.md``, ``docs/units.md``), each from what the clients send
+        (never their rows, so every start runs across parties): the
+        family's start on each client (for methods that share one estimate, the clients' starts
+        clustered by the server), local EM on every
         client then alignment (the paper's, App. B), one start broadcast to
         all clients, EM with pooled components and each client's own
         proportions, trimmed of the clients it fits worst, or both of the

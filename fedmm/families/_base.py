@@ -163,6 +163,12 @@ class Family(ABC):
     def initial_resp(self, X, y, n_components, random_state):
         """Starting responsibilities (n, R) for one client's (or the pooled) data."""
 
+    @abstractmethod
+    def combine_starts(self, starts, mass, n_components, random_state):
+        """One start (MixtureParams of one client's row) from clients' own starts (K', R, ...), each component
+        standing for ``mass`` (K', R) samples: the server's combination of the clients' family starts
+        (:func:`fedmm.initialization.clustered_start`)."""
+
     def initial_resp_clients(self, data, n_components, seeds):
         """Every client's starting responsibilities (n, R) from its own seed: :meth:`initial_resp` on its
         rows with ``RandomState(seed)``, client by client (families override it with a batched version

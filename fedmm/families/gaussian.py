@@ -9,7 +9,7 @@ from .. import kmeans
 from ..kernels._numpy import precision_cholesky
 from ..robust import client_median
 from ..units import Units, scale_or_one
-from ._base import _TINY, Family, one_hot
+from ._base import _TINY, Family, MixtureParams, one_hot
 
 COVARIANCE_TYPES = ("identity", "spherical", "diag", "tied", "full")
 
@@ -234,6 +234,40 @@ class GaussianFamily(Family):
         each from its own seed: the numbers :meth:`initial_resp` gives client by client."""
         uniforms = kmeans.seeding_uniforms(seeds, n_components)
         return one_hot(kmeans.kmeans_labels_clients(data.X, data.offsets, n_components, uniforms), n_components)
+
+    def combine_starts(self, starts, mass, n_components, random_state):
+        """k-FED (Dennis, Li & Smith, ICML 2021; one-shot federated clustering): the clients' k-means components
+        are points weighted by the samples they stand for, which weighted k-means (the best of
+        :data:`fedmm.kmeans.N_INIT` runs, :func:`fedmm.kmeans.best_kmeans_labels`) puts into ``n_components``
+        clusters; a cluster's start is the M-step
+        of the rows of its members, from the sums each member's mean and variance stand for
+        (:meth:`stats_from_params`): their weighted mean, and the variances within and between them."""
+        K, R, d = starts.theta.shape
+        labels = kmeans.best_kmeans_labels(starts.theta.reshape(-1, d), n_components, random_state, mass.ravel())
+        member = np.eye(n_components)[labels].reshape(K, R, n_components)
+        stats = self.stats_from_params(starts, mass)
+        pooled = type(stats)(*(None if f is None else np.einsum("krc,kr...->c...", member, f)[None] for f in stats))
+        theta, scale = self.m_step(pooled)
+        # A cluster that lost every member (rare) keeps a point of its own and a tiny share.
+        empty = pooled.N[0] <= 0
+        theta[0, empty] = starts.theta.reshape(-1, d)[np.argmax(mass.ravel())]
+        scale[0, empty] = scale[0, ~empty].mean(axis=0)
+        N = np.maximum(pooled.N, 1e-8 * mass.sum())
+        return MixtureParams(N / N.sum(), theta, scale)
+
+    def stats_from_params(self, params, mass):
+        """The sums (``N``, ``Sx``, ``Sxx``) of ``mass`` (K, R) samples with the components' means and variances:
+        ``Sx = N mu``, ``Sxx = N (Sigma + mu mu^T)`` in the layout of :class:`GaussianStats`."""
+        N, mu = mass, params.theta
+        Sx = N[..., None] * mu
+        if self.covariance_type == "identity":
+            return GaussianStats(N, Sx, None)
+        if self._matrix:
+            outer = (mu[..., :, None] * mu[..., None, :]).reshape(mu.shape[:-1] + (-1,))
+            return GaussianStats(N, Sx, N[..., None] * (params.scale + outer))
+        if self.covariance_type == "spherical":
+            return GaussianStats(N, Sx, N[..., None] * (mu.shape[-1] * params.scale + (mu ** 2).sum(-1, keepdims=True)))
+        return GaussianStats(N, Sx, N[..., None] * (params.scale + mu ** 2))
 
     def sample(self, theta, scale, labels, random_state, X=None):
         """``x = mu_r + L_r z`` with ``L_r L_r^T = Sigma_r``, ``z ~ N(0, I)``, for each label ``r``."""

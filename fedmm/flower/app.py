@@ -16,7 +16,7 @@ run config key     meaning                                                   def
 ``n-components``   ``n_components``                                          5
 ``method``         a client-server method                                    ``"fedgrem"``
 ``method-options`` the method's own options, as a JSON object                ``"{}"``
-``init``           a start separate parties can make                         ``"local-em"``
+``init``           the start (every start runs across parties)              ``"auto"``
 ``random-state``   ``random_state``                                          0
 ``settings``       further estimator arguments, as a JSON object              ``"{}"``
 ``timeout``        seconds to wait for one query's replies (0: no limit)     0
@@ -48,7 +48,7 @@ def estimator_from_config(run_config):
     options = json.loads(str(run_config.get("method-options", "{}")))
     method = METHODS[str(run_config.get("method", "fedgrem"))](**options)
     return cls(int(run_config.get("n-components", 5)), method=method,
-               init=str(run_config.get("init", "local-em")), random_state=int(run_config.get("random-state", 0)),
+               init=str(run_config.get("init", "auto")), random_state=int(run_config.get("random-state", 0)),
                **json.loads(str(run_config.get("settings", "{}"))))
 
 

@@ -43,6 +43,7 @@ from flwr.app import ConfigRecord, Message
 from flwr.clientapp import ClientApp
 
 from .. import estimators
+from ..algorithms.pooled import TrimmedPooledEM
 from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
@@ -105,7 +106,8 @@ def client_app(load=None, methods=()):
     flwr.clientapp.ClientApp
     """
     load = load or load_from_config
-    known = {**METHODS, **{cls.name: cls for cls in methods}}
+    # The strategies a fit asks clients to run: the methods, and the rounds of the trimmed pooled start.
+    known = {**METHODS, TrimmedPooledEM.name: TrimmedPooledEM, **{cls.name: cls for cls in methods}}
     app = ClientApp()
     rows = {}
 

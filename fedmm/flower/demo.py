@@ -53,7 +53,7 @@ data-dir = "data"
 model = "gmm"
 n-components = 5
 method = "fedgrem"
-init = "local-em"
+init = "auto"
 random-state = 0
 settings = "{}"
 timeout = 0
@@ -84,7 +84,7 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
     (work / "home" / "config.toml").write_text(FLOWER_CONFIG)
     out = work / "model.joblib"
     out.unlink(missing_ok=True)
-    run_config = {"model": model, "method": method, "init": "local-em", "random-state": random_state}
+    run_config = {"model": model, "method": method, "init": "auto", "random-state": random_state}
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "FLWR_HOME": str(work / "home"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{method}'", f"model='{model}'",

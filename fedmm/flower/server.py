@@ -63,9 +63,8 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     Parameters
     ----------
     estimator : FederatedGaussianMixture or FederatedMixtureRegression
-        Unfitted, with a client-server method (``fedgrem``, ``fedem``, ``pooled-em``, ``pooled-grem``)
-        and a start that separate parties can make (``init="local-em"``, ``"common"``, per-client
-        ``"family"``, or given initial values; starts that pool rows need them in one place).
+        Unfitted, with a client-server method (``fedgrem``, ``fedem``, ``pooled-em``, ``pooled-grem``). Every
+        start runs here (each is made from what the clients send), the defaults included.
     grid : flwr.serverapp.Grid
     timeout : float, optional
         Seconds to wait for the replies to one query.
