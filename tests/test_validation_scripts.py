@@ -113,16 +113,6 @@ def test_decentralized_quick(capsys, tmp_path):
 
 
 
-def test_pooling_choice_quick(capsys):
-    """validation/pooling_choice.py runs (quick: label-skewed digits and the MoR design at h = 2, one
-    replication) and prints every candidate, penalty='auto', which candidates it chose, by what margin and at
-    what cost, for each case."""
-    assert _load("pooling_choice").main(["--quick"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| digits") or
-            line.startswith("| MoR")]
-    assert len(rows) == 2 and all(len(row.split("|")) == 10 for row in rows)
-
-
 def test_covariance_starts_quick(capsys):
     """validation/covariance_starts.py (quick: breast cancer, full covariances, one replication): fedmm's
     pooled EM reaches scikit-learn's optimum on the standardized features, which it missed by 2 nats per
