@@ -101,13 +101,9 @@ def common_start(clients, n_components, random_state):
 
     The client is drawn at random among those with at least ``n_components`` samples.
     """
-    n_k = clients.n_samples
-    eligible = np.flatnonzero(n_k >= n_components)
-    if eligible.size == 0:
-        raise ValueError(f"init='common' needs a client with at least n_components={n_components} samples to draw "
-                         "the start from; give initial values (weights_init and means_init / coef_init) instead.")
-    k = eligible[random_state.randint(eligible.size)]
-    start = clients.family_starts(client_seeds(random_state, 1), n_components, which=[k]).broadcast(len(n_k))
+    able = _able_clients(clients.n_samples, n_components)
+    k = able[random_state.randint(able.size)]
+    start = clients.family_starts(client_seeds(random_state, 1), n_components, which=[k]).broadcast(clients.n_clients)
     return start._replace(weights=np.full_like(start.weights, 1.0 / n_components))
 
 
@@ -213,12 +209,19 @@ def _shared_family_start(family, clients, n_components, random_state):
 def _own_starts(clients, n_components, random_state):
     """The own starts of the clients that can make one (at least ``n_components`` samples), and their trusted
     sizes: what the server clusters (:func:`clustered_start`)."""
-    able = np.flatnonzero(clients.n_samples >= n_components)
-    if able.size == 0:
-        raise ValueError(f"No client has n_components={n_components} samples or more to make its own start from; "
-                         "give initial values (weights_init and means_init / coef_init).")
+    able = _able_clients(clients.n_samples, n_components)
     starts = client_family_starts(clients, n_components, random_state, able)
     return starts, trusted_sizes(clients.n_samples)[able]
+
+
+def _able_clients(n_samples, n_components):
+    """The clients with at least ``n_components`` samples, those that can make a start of their own; a clear
+    error when there are none."""
+    able = np.flatnonzero(n_samples >= n_components)
+    if able.size == 0:
+        raise ValueError(f"No client has n_components={n_components} samples or more to make a start from; give "
+                         "initial values (weights_init and means_init / coef_init).")
+    return able
 
 
 def _aligned(params, alignment, random_state):

@@ -140,8 +140,8 @@ class TrimmedPooledEM(_Pooled):
                                          for f in stats)))
         shared = em_update(state.family, stats, stats.N.sum(axis=1))
         params = shared.broadcast(len(messages.n))._replace(weights=messages.weights)
-        apart = trust < 1.0
-        apart[np.isin(np.arange(len(apart)), keep, invert=True)] = True
+        apart = trust < 1.0                                   # counted by fewer samples than claimed
+        apart[np.setdiff1d(np.arange(len(apart)), keep)] = True   # or trimmed
         return Broadcast(params), state._replace(params=shared, apart=apart)
 
     def diagnostics(self, state):

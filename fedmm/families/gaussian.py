@@ -257,7 +257,8 @@ class GaussianFamily(Family):
 
     def stats_from_params(self, params, mass):
         """The sums (``N``, ``Sx``, ``Sxx``) of ``mass`` (K, R) samples with the components' means and variances:
-        ``Sx = N mu``, ``Sxx = N (Sigma + mu mu^T)`` in the layout of :class:`GaussianStats`."""
+        ``Sx = N mu``, ``Sxx = N (Sigma + mu mu^T)`` in the layout of :class:`GaussianStats`; the inverse of the
+        M-step (App. E.2), whose maximizer of Q-hat at these sums is ``mu`` and ``Sigma`` again."""
         N, mu = mass, params.theta
         Sx = N[..., None] * mu
         if self.covariance_type == "identity":
