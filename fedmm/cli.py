@@ -144,14 +144,21 @@ def main(argv=None):
                        help="the cluster's scheduler (tcp://host:8786 for Dask, host:6379 or auto for Ray); "
                             "default: a running or new local one")
     p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
-    p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over simulated Flower clients "
-                              "(flwr run; needs the 'flower' extra)")
+    p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over Flower clients, simulated or each "
+                              "a process of its own (flwr run; needs the 'flower' extra)")
     p_flower.add_argument("--model", choices=("gmm", "mor"), default="gmm")
-    p_flower.add_argument("--clients", type=_number(int, 2), default=10, help="simulated clients (default 10)")
+    p_flower.add_argument("--clients", type=_number(int, 2), default=None,
+                          help="clients (default 10; 3 with --processes, where every query starts a process per "
+                               "client)")
     p_flower.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
     p_flower.add_argument("--method", choices=("fedgrem", "fedem", "pooled-grem"), default="fedgrem")
     p_flower.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
     p_flower.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
+    p_flower.add_argument("--processes", action="store_true",
+                          help="a SuperLink and a SuperNode per client, each a process of its own on this machine, "
+                               "talking over the network (a line per query)")
+    p_flower.add_argument("--tls", action="store_true",
+                          help="with --processes: HTTPS under a certificate authority made for the run")
     p_bounds = sub.add_parser("bounds", help="the terms of FedGrEM's error bound and the dominant one")
     p_bounds.add_argument("--model", choices=("gmm", "mor"), default="gmm")
     for name, kind, default, text in [
@@ -188,7 +195,11 @@ def main(argv=None):
             from .flower.demo import flower_demo
         except ImportError as error:
             parser.error(f"{error}")
-        flower_demo(args.clients, args.samples, args.method, args.out, args.seed, model=args.model)
+        if args.tls and not args.processes:
+            p_flower.error("argument --tls: only with --processes (the simulation runs in one machine's memory)")
+        clients = args.clients or (3 if args.processes else 10)
+        flower_demo(clients, args.samples, args.method, args.out, args.seed, model=args.model,
+                    processes=args.processes, tls=args.tls)
         return 0
     if args.command == "demo":
         Path(args.out).mkdir(parents=True, exist_ok=True)

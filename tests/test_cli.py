@@ -19,7 +19,7 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     (["demo", "--reps", "0"], "argument --reps"), (["flower-demo", "--clients", "1"], "argument --clients"),
     (["flower-demo", "--method", "local-em"], "argument --method"), (["bounds", "--eps", "0.7"], "argument --eps"),
     (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
-    (["simulate", "--backend", "spark"], "argument --backend"), (["simulate", "--penalty", "big"], "argument --penalty"),
+    (["flower-demo", "--tls"], "argument --tls"), (["simulate", "--backend", "spark"], "argument --backend"), (["simulate", "--penalty", "big"], "argument --penalty"),
 ])
 def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -159,6 +159,29 @@ def test_a_client_that_raises_or_does_not_answer_is_skipped_for_the_round():
                                              for r in remote.flower_rejections_)
 
 
+def test_a_node_the_superlink_reports_gone_is_left_out_at_once():
+    """A SuperNode that stopped sending heartbeats is answered for by the SuperLink (an error reply from node 1,
+    in reply to the message sent to it): the server starts again without it at once, not waiting out a run with
+    its last message, and fits the others as one process does."""
+    X, y, _ = _gmm()
+    grid = LocalGrid(_apps(X))
+    honest, calls = grid.apps[6], []
+
+    def vanishing(message, context):
+        calls.append(message.metadata.message_type)
+        if calls.count("query.step") == 3:
+            grid.gone.add(6)  # after this reply, the node is gone
+        return honest(message, context)
+    grid.apps[6] = vanishing
+    remote = fit(_estimator(None, "fedgrem", init="auto"), grid)
+    assert [(r.node, r.action) for r in remote.flower_rejections_] == [(6, "step")]
+    assert "gone" in remote.flower_rejections_[0].reason
+    assert calls.count("query.step") == 3  # never asked again
+    np.testing.assert_array_equal(remote.client_ids_, np.arange(5))
+    ref = _estimator(None, "fedgrem", init="auto").fit(X[:5])
+    np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
+
+
 def test_a_client_bad_from_the_start_is_left_out_and_too_few_clients_fail_clearly():
     """A bad first reply has no earlier message to stand in for it: the client leaves the federation and the
     fit starts again without it. A round that hears fewer than min_clients fails with an error."""

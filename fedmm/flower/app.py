@@ -21,11 +21,14 @@ run config key     meaning                                                   def
 ``settings``       further estimator arguments, as a JSON object              ``"{}"``
 ``timeout``        seconds to wait for one query's replies (0: no limit)     0
 ``min-clients``    the fewest clients a round may hear                       1
+``progress``       print a line per query (what it asked, who replied)       ``false``
 ``out``            where to save the fitted estimator (joblib)               required
 =================  ========================================================  ============
 """
 
 import json
+import logging
+import sys
 
 import joblib
 from flwr.serverapp import ServerApp
@@ -34,7 +37,46 @@ from ..methods import METHODS
 from .client import ESTIMATORS, client_app
 from .server import fit
 
-__all__ = ["server", "client", "estimator_from_config"]
+__all__ = ["server", "client", "estimator_from_config", "PYPROJECT"]
+
+#: The ``pyproject.toml`` of a Flower app project that runs fedmm's apps (``flwr run``).
+PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedmm-flower-demo"
+version = "1.0.0"
+description = "fedmm's Flower demo"
+license = "BSD-3-Clause"
+# fedmm itself comes from the environment that runs flwr (flwr run installs the rest in isolation).
+dependencies = ["flwr[simulation]>=1.41"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "fedmm"
+
+[tool.flwr.app.components]
+serverapp = "fedmm.flower.app:server"
+clientapp = "fedmm.flower.app:client"
+
+# Every key the run config may override (fedmm.flower.app's table), with its default.
+[tool.flwr.app.config]
+out = "model.joblib"
+data-dir = "data"
+model = "gmm"
+n-components = 5
+method = "fedgrem"
+method-options = "{}"
+init = "auto"
+random-state = 0
+settings = "{}"
+timeout = 0
+min-clients = 1
+progress = false
+"""
 
 MODELS = {"gmm": "FederatedGaussianMixture", "mor": "FederatedMixtureRegression"}
 
@@ -55,6 +97,12 @@ def estimator_from_config(run_config):
 @server.main()
 def main(grid, context):
     config = context.run_config
+    if config.get("progress", False):
+        # Printed lines reach ``flwr run --stream``: the server's log, one line per query (fedmm.flower.server).
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logging.getLogger("fedmm.flower").addHandler(handler)
+        logging.getLogger("fedmm.flower").setLevel(logging.INFO)
     timeout = float(config.get("timeout", 0)) or None
     model = fit(estimator_from_config(config), grid, timeout=timeout, min_clients=int(config.get("min-clients", 1)))
     joblib.dump(model, str(config["out"]))

@@ -20,45 +20,10 @@ import numpy as np
 
 from ..metrics import estimation_errors
 from ..simulate import make_federated_gmm, make_federated_mor
-from .app import estimator_from_config
+from .app import PYPROJECT, estimator_from_config
+from .processes import LocalDeployment
 
 __all__ = ["flower_demo"]
-
-PYPROJECT = """[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "fedmm-flower-demo"
-version = "1.0.0"
-description = "fedmm's Flower demo"
-license = "BSD-3-Clause"
-# fedmm itself comes from the environment that runs flwr (flwr run installs the rest in isolation).
-dependencies = ["flwr[simulation]>=1.41"]
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "fedmm"
-
-[tool.flwr.app.components]
-serverapp = "fedmm.flower.app:server"
-clientapp = "fedmm.flower.app:client"
-
-# Every key the run config may override (fedmm.flower.app's table), with its default.
-[tool.flwr.app.config]
-out = "model.joblib"
-data-dir = "data"
-model = "gmm"
-n-components = 5
-method = "fedgrem"
-init = "auto"
-random-state = 0
-settings = "{}"
-timeout = 0
-min-clients = 1
-"""
 
 FLOWER_CONFIG = """[superlink]
 default = "local-simulation"
@@ -68,39 +33,37 @@ address = ":local:"
 """
 
 
-def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=600,
-                model="gmm"):
+def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=None,
+                model="gmm", processes=False, tls=False):
     """Run the demo (see the module docstring) on the paper's ``model`` design (``"gmm"`` or ``"mor"``,
-    App. B.1); returns ``(flower_model, in_process_model, truth)``."""
+    App. B.1); returns ``(flower_model, in_process_model, truth)``.
+
+    With ``processes``, every party is an operating-system process of its own on this machine (a SuperLink
+    and a SuperNode per client, :class:`fedmm.flower.processes.LocalDeployment`; over HTTPS under a
+    certificate authority made for the run with ``tls``), and the server prints a line per query. Clients
+    number 5 or more: the last is an outlier (fewer, and one client would be a third of them or more).
+    ``timeout`` (seconds) defaults to 600, 3600 with ``processes``.
+    """
     work = Path(workdir or tempfile.mkdtemp(prefix="fedmm-flower-"))
     (work / "data").mkdir(parents=True, exist_ok=True)
-    (work / "app").mkdir(exist_ok=True)
-    (work / "home").mkdir(exist_ok=True)
     make = make_federated_gmm if model == "gmm" else make_federated_mor
-    *data, truth = make(n_clients, n_samples, outlier_clients=[n_clients - 1], random_state=random_state)
-    for k, rows in enumerate(zip(*data)):
-        np.savez(work / "data" / f"client-{k}.npz", **dict(zip(("X", "y"), rows)))
-    (work / "app" / "pyproject.toml").write_text(PYPROJECT)
-    (work / "home" / "config.toml").write_text(FLOWER_CONFIG)
+    outliers = [n_clients - 1] if n_clients >= 5 else []
+    *data, truth = make(n_clients, n_samples, outlier_clients=outliers, random_state=random_state)
+    paths = [work / "data" / f"client-{k}.npz" for k in range(n_clients)]
+    for path, rows in zip(paths, zip(*data)):
+        np.savez(path, **dict(zip(("X", "y"), rows)))
     out = work / "model.joblib"
-    out.unlink(missing_ok=True)
     run_config = {"model": model, "method": method, "init": "auto", "random-state": random_state}
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "FLWR_HOME": str(work / "home"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{method}'", f"model='{model}'",
-                          f"random-state={random_state}"])
-    command = [str(bin_dir / "flwr"), "run", str(work / "app"), "local-simulation", "--stream",
-               "--run-config", overrides, "--federation-config", f"num-supernodes={n_clients}"]
-    print(f"fedmm flower-demo: {n_clients} simulated clients (one an outlier), {model}, {method}, in {work}",
-          flush=True)
+    where = "separate processes" + (" over TLS" if tls else "") if processes else "simulated clients"
+    print(f"fedmm flower-demo: {n_clients} clients ({where}, {len(outliers)} an outlier), {model}, {method}, "
+          f"in {work}", flush=True)
     start = time.perf_counter()
-    try:
-        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    finally:
-        _stop_local_superlink(work / "home")
-    if run.returncode != 0 or not out.exists():
-        raise RuntimeError(f"flwr run failed (exit {run.returncode}); its last output:\n"
-                           + (run.stdout + run.stderr)[-3000:])
+    if processes:
+        with LocalDeployment(work / "deployment", paths, tls=tls) as deployment:
+            deployment.run({**run_config, "out": str(out), "progress": True}, timeout=timeout or 3600,
+                           on_line=_print_fedmm_lines)
+    else:
+        _simulate(work, out, run_config, n_clients, timeout or 600)
     elapsed = time.perf_counter() - start
     remote = joblib.load(out)
     local = estimator_from_config(run_config).fit(*data)
@@ -117,6 +80,34 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
           f"{err_local[honest].max():.4f} in one process; largest difference of the parameters: "
           f"{np.abs(theta(remote) - theta(local)).max():.2e}")
     return remote, local, truth
+
+
+def _print_fedmm_lines(line):
+    """The server's lines among ``flwr run``'s output (one per query, :mod:`fedmm.flower.server`)."""
+    if "fedmm.flower" in line:
+        print(line[line.index("fedmm.flower"):], flush=True)
+
+
+def _simulate(work, out, run_config, n_clients, timeout):
+    """``flwr run`` in flwr's simulation runtime: one SuperNode per client on Ray, in a local SuperLink."""
+    (work / "app").mkdir(exist_ok=True)
+    (work / "home").mkdir(exist_ok=True)
+    (work / "app" / "pyproject.toml").write_text(PYPROJECT)
+    (work / "home" / "config.toml").write_text(FLOWER_CONFIG)
+    out.unlink(missing_ok=True)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "FLWR_HOME": str(work / "home"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{run_config['method']}'",
+                          f"model='{run_config['model']}'", f"random-state={run_config['random-state']}"])
+    command = [str(bin_dir / "flwr"), "run", str(work / "app"), "local-simulation", "--stream",
+               "--run-config", overrides, "--federation-config", f"num-supernodes={n_clients}"]
+    try:
+        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        _stop_local_superlink(work / "home")
+    if run.returncode != 0 or not out.exists():
+        raise RuntimeError(f"flwr run failed (exit {run.returncode}); its last output:\n"
+                           + (run.stdout + run.stderr)[-3000:])
 
 
 def _stop_local_superlink(home):

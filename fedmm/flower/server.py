@@ -343,9 +343,17 @@ class FlowerClients:
                             message_type=f"query.{action}") for k, row, extra in zip(index, rows, config_rows)]
         position = {self.nodes[k]: k for k in index}
         raw = {k: "no reply in time" for k in index}
-        answered, up = set(), {}
+        answered, up, sent = set(), {}, None
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
             node = reply.metadata.src_node_id
+            sent = sent or {m.metadata.message_id: m.metadata.dst_node_id for m in messages}  # ids given on sending
+            to = sent.get(reply.metadata.reply_to_message_id)
+            if reply.has_error() and to != node and to in position and to not in answered:
+                # The SuperLink answers for a node that stopped sending heartbeats (Flower's NODE_UNAVAILABLE):
+                # an error in reply to the message sent to it. That node is gone, not late.
+                answered.add(to)
+                raw[position[to]] = Gone(f"the SuperLink reports the node gone: {reply.error.reason}")
+                continue
             if node not in position or node in answered:
                 log.warning("fedmm.flower: ignored an unexpected reply from node %s to %s", node, action)
                 continue
@@ -363,8 +371,11 @@ class FlowerClients:
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
             self.names[k] = config(reply.content).get("client-id")
         method = settings.get("method", self._method if action == "step" else "")
-        self.ledger.record(action, index, [_payload(m.content) for m in messages], [up.get(k, 0) for k in index],
-                           [k in up for k in index], method=method)
+        down = [_payload(m.content) for m in messages]
+        self.ledger.record(action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
+                           method=method)
+        log.info("fedmm.flower: query %s%s: %d of %d clients replied, %d bytes down, %d up", tag,
+                 f" ({method})" if method else "", len(up), len(index), sum(down), sum(up.values()))
         return raw
 
     def _check(self, raw, action, check, required):
@@ -383,7 +394,9 @@ class FlowerClients:
                 failed.append(Rejection(self.nodes[k], action, reason))
             else:
                 good[k] = values
-        self._reject(failed, required)
+        # A node gone fails a query that could go on without it too: the fit starts again without it at once,
+        # rather than a run going on with its last message for as long as the run lasts.
+        self._reject(failed, required or any(isinstance(values, Gone) for values in raw.values()))
         return good
 
     def _reject(self, failed, required):
@@ -392,6 +405,10 @@ class FlowerClients:
         self.rejections.extend(failed)
         if failed and required:
             raise ClientsRejected(failed)
+
+
+class Gone(str):
+    """Why a node is not heard, when the SuperLink says it is gone (a reason, told apart from the others)."""
 
 
 #: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.

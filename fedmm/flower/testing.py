@@ -3,12 +3,14 @@
 It delivers Flower ``Message``\\ s to the ``ClientApp`` of each node with its own ``Context`` (node
 config and persistent state), as a SuperLink does, without processes or a network; flwr's own
 simulation runtime (``flwr run``) is what :mod:`fedmm.flower.app` uses. A node can be made to drop
-its replies (``silent``), to see a server go on without it.
+its replies (``silent``), to see a server go on without it, or be gone (``gone``): the SuperLink then
+answers for it, as Flower's does for a node that stopped sending heartbeats.
 """
 
 import itertools
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
 __all__ = ["LocalGrid"]
@@ -31,7 +33,7 @@ class LocalGrid:
         self.apps = dict(zip(self.node_ids, apps))
         self.contexts = {n: Context(run_id=1, node_id=n, node_config=c, state=RecordDict(), run_config=run_config or {})
                          for n, c in zip(self.node_ids, node_configs)}
-        self.silent = set()
+        self.silent, self.gone = set(), set()
         self._ids = itertools.count(1)
         # Messages are created by the server's code in the identity of the server's task, as in a ServerApp.
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
@@ -44,6 +46,11 @@ class LocalGrid:
         for message in messages:
             message.metadata.__dict__["_message_id"] = f"m{next(self._ids)}"  # what a SuperLink assigns
             node = message.metadata.dst_node_id
+            if node in self.gone:
+                reply = Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="Node Unavailable"), reply_to=message)
+                reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+                replies.append(reply)
+                continue
             try:
                 reply = self.apps[node](message, self.contexts[node])
             except Exception as error:  # what the ClientApp raised goes back as an error reply, as in Flower
