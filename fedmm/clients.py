@@ -154,10 +154,12 @@ class LocalClients:
         self._record("hello", None, 0, 1 + d + d * d + (2 if self.data.y is not None else 0))
         return pooled_moments(self.data)
 
-    def set_units(self, units):
-        """Every client moves its data into the fit's standard units and the family's design."""
+    def set_units(self, units, scale_reply=True):
+        """Every client moves its data into the fit's standard units and the family's design, and replies with
+        its data's scale (the divergence check's unit), unless ``scale_reply`` is False (a private fit, where
+        it would be a release: :mod:`fedmm.privacy`)."""
         d = len(units.x_shift)
-        self._record("units", None, d + d * d + 2, 1)
+        self._record("units", None, d + d * d + 2, int(scale_reply))
         data = units.transform(self.data)
         self.data = data.with_X(self.family.design(data.X))
 

@@ -1,10 +1,14 @@
 """fedmm across separate processes: a SuperLink and one SuperNode per client, talking over the network.
 
 Each query starts a process per client and Flower polls every 3 seconds, so FedGrEM's defaults take
-minutes (``fedmm.flower.processes``): behind ``-m slow``. CI runs the TLS case (``.ci/run``).
+minutes (``fedmm.flower.processes``): behind ``-m slow``. CI runs the TLS case (``.ci/run``); the default run
+checks the certificates it uses.
 """
 
+import socket
+import ssl
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -15,13 +19,48 @@ pytest.importorskip("cryptography")
 import joblib  # noqa: E402
 
 from fedmm import FederatedGaussianMixture  # noqa: E402
-from fedmm.flower.processes import LocalDeployment  # noqa: E402
+from fedmm.flower.processes import HOST, LocalDeployment, self_signed_certificates  # noqa: E402
 from fedmm.simulate import make_federated_gmm  # noqa: E402
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes in /proc")]
+def _handshake(server_files, trusted_ca):
+    """A TLS handshake between a server holding ``server_files`` (certificate, key) and a client that trusts
+    ``trusted_ca`` and checks the name 127.0.0.1; the error, or None."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(*map(str, server_files))
+    listener = socket.create_server((HOST, 0))
+    port = listener.getsockname()[1]
+
+    def serve():
+        connection, _ = listener.accept()
+        try:
+            with server_context.wrap_socket(connection, server_side=True):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client_context = ssl.create_default_context(cafile=str(trusted_ca))
+    try:
+        with socket.create_connection((HOST, port), timeout=10) as raw:
+            with client_context.wrap_socket(raw, server_hostname=HOST):
+                return None
+    except ssl.SSLError as error:
+        return error
+    finally:
+        thread.join(10)
+        listener.close()
 
 
+def test_the_certificate_authority_made_for_a_run_is_what_clients_trust(tmp_path):
+    """The server certificate verifies under its own authority for 127.0.0.1, and under no other."""
+    ca, cert, key = self_signed_certificates(tmp_path / "run")
+    assert _handshake((cert, key), ca) is None
+    other_ca = self_signed_certificates(tmp_path / "other")[0]
+    assert isinstance(_handshake((cert, key), other_ca), ssl.SSLCertVerificationError)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes in /proc")
 @pytest.mark.parametrize("tls", [pytest.param(True, id="tls"), pytest.param(False, id="insecure")])
 def test_separate_processes_fit_without_a_supernode_killed_mid_fit(tmp_path, tls):
     """FedGrEM's defaults through ``flwr run`` with every party a process of its own. One SuperNode is

@@ -2,8 +2,8 @@
 
 Layers, from the bottom: helpers that know nothing of mixtures; the data and its units; the compiled
 kernels and the families; the protocol's messages and the algorithms' building blocks; the strategies;
-the engine and the starts; the registry and the estimators; what is built on the estimators (studies,
-model selection, the command line, Flower). Imports inside functions count too.
+the engine and private rounds (privacy); the starts; the registry and the estimators; what is built on
+the estimators (studies, model selection, the command line, Flower). Imports inside functions count too.
 """
 
 import ast
@@ -18,7 +18,7 @@ LAYERS = [
     {"kernels", "kmeans", "alignment", "families"},
     {"protocol", "metrics"},
     {"algorithms", "clients"},
-    {"engine"},
+    {"engine", "privacy"},
     {"initialization"},
     {"methods"},
     {"estimators"},

@@ -16,11 +16,13 @@ from .. import _params as P
 from ..alignment import ALIGNMENT_METHODS
 from ..clients import LocalClients, fit_weights, server_side
 from ..data import FederatedData, check_component_sizes, check_components, check_empty_components
-from ..engine import Participation, Progress, fit_restarts
+from ..engine import Participation, Progress, fit_restarts, run_rounds
 from ..families import MixtureParams
 from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
+from ..privacy import (PrivateAverage, PrivateClients, centre_start, epsilon_spent, noise_multiplier,
+                       split_component, stage_rounds)
 from ..robust import client_median
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
@@ -145,6 +147,9 @@ class _FederatedMixture(BaseEstimator, ABC):
                 strategy.set_params(random_state=seed)
         check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
         self.n_features_in_ = n_features
+        privacy = getattr(self, "privacy", None)
+        if privacy is not None:
+            return self._fit_private(strategy, family, clients, client_ids, privacy.validate(), rng)
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
         units = family.units(clients.moments())
         clients.set_units(units)
@@ -170,8 +175,60 @@ class _FederatedMixture(BaseEstimator, ABC):
         if used is not None:  # each client reports the model it relies on (FedeRiCo), and its likelihood under it
             reported = result.params.take(used)
             result = result._replace(params=reported, loglik=clients.loglik(reported))
-        params = family.to_original(result.params, units)
+        return self._set_fitted(strategy, family, clients, client_ids, result, alignment, units, jacobian)
 
+    def _fit_private(self, strategy, family, clients, client_ids, privacy, rng):
+        """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
+        ``max_iter`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
+        if strategy.name != "fedem" or getattr(family, "covariance_type", None) == "tied":
+            raise ValueError("privacy= runs method='fedem' with covariance_type 'diag', 'spherical', 'full' or "
+                             f"'identity' for now; got method={strategy.name!r}"
+                             + (", covariance_type='tied'." if family.covariance_type == "tied" else "."))
+        if self.n_init != 1 or self.init != "auto" or self.warm_start or self.max_iter < self.n_components:
+            raise ValueError("A private fit runs once from a public start (one component split into more, or "
+                             "means_init), a stage of rounds per component: use n_init=1, init='auto', "
+                             "warm_start=False and max_iter >= n_components.")
+        d, K, R = self.n_features_in_, clients.n_clients, self.n_components
+        sigma = noise_multiplier(privacy.epsilon, privacy.delta, self.max_iter)
+        average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng)
+        private = PrivateClients(clients, average)
+        units = family.units(privacy.moments(d))
+        private.set_units(units)
+        user = self._user_start(family, units, K, d)
+        participation = None
+        if strategy.participation < 1.0 or strategy.dropout > 0.0:
+            participation = Participation(strategy.participation, strategy.dropout, rng.randint(2 ** 31 - 1))
+        if user is None:   # one component at the centre, split into more at public rounds
+            start, stages = centre_start(family, K, d), stage_rounds(self.max_iter, R)
+        else:
+            weights, theta = user
+            start = centre_start(family, K, d)
+            start = MixtureParams(np.full((K, R), 1.0 / R) if weights is None else np.broadcast_to(weights, (K, R)),
+                                  np.broadcast_to(theta, (K, R, d)).copy(),
+                                  np.repeat(start.scale, R, axis=1))
+            stages = [self.max_iter]
+        passes = []
+        for i, rounds in enumerate(stages):
+            if i:
+                start = split_component(family, passes[-1].params, average.mean_weights, d, rng)
+            # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
+            passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=Progress(self.verbose),
+                                     participation=participation))
+        # The model: the mean of the last stage's second half of rounds, which hover about its fixed point.
+        theta, scale = average.averaged(max(stages[-1] // 2, 1))
+        params = passes[-1].params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
+                                            scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
+        result = passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),
+                                     diagnostics=passes[-1].diagnostics._replace(center=theta))
+        self.penalty_selection_ = None
+        self.noise_multiplier_ = sigma
+        self.privacy_spent_ = (float(epsilon_spent(sigma, average.releases, privacy.delta)), float(privacy.delta))
+        return self._set_fitted(strategy, family, clients, client_ids, result, None, units, np.nan)
+
+    def _set_fitted(self, strategy, family, clients, client_ids, result, alignment, units, jacobian):
+        """The fitted attributes of ``result`` (standard units) in the data's units; ``jacobian`` NaN for a
+        private fit, whose log-likelihoods were not released."""
+        params = family.to_original(result.params, units)
         self._family = family
         self.method_ = strategy
         self.n_clients_ = clients.n_clients
@@ -193,7 +250,7 @@ class _FederatedMixture(BaseEstimator, ABC):
             clients.n_samples[:, None] * params.weights, client_ids, family.min_component_size(params.theta.shape[-1]),
             per_client=strategy.per_client, stacklevel=5)
         self.empty_components_ = check_empty_components(clients.n_samples[:, None] * params.weights, stacklevel=5)
-        if not self.converged_:
+        if not self.converged_ and np.isfinite(jacobian):  # a private fit has no stopping rule to meet
             warnings.warn(f"method={strategy.name or type(strategy).__name__!r} did not converge in "
                           f"max_iter={self.max_iter} rounds (tol={self.tol:g}); increase max_iter or tol, or try "
                           "other starts (n_init).", ConvergenceWarning, stacklevel=3)

@@ -6,6 +6,7 @@ from sklearn.utils import check_random_state
 from .. import _params as P
 from ..families import GaussianFamily
 from ..families.gaussian import COVARIANCE_TYPES
+from ..privacy import DifferentialPrivacy
 from ._base import _ARRAY_OR_NONE, _SHARED_ATTRS_DOC, _SHARED_CONSTRAINTS, _SHARED_PARAMS_DOC, _FederatedMixture
 
 __all__ = ["FederatedGaussianMixture"]
@@ -34,6 +35,10 @@ class FederatedGaussianMixture(_FederatedMixture):
         Initial mixing proportions (uniform by default when ``means_init`` is given).
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
         Initial means; when given, they are the only start (assumed aligned).
+    privacy : fedmm.privacy.DifferentialPrivacy, optional
+        Client-level differential privacy for the fit (``method="fedem"``; ``docs/privacy.md``): the fit
+        then runs exactly ``max_iter`` rounds from a start in the public bounds (or ``means_init``), and
+        ``privacy_spent_`` says what they spent.
 
     Attributes
     ----------
@@ -65,11 +70,13 @@ class FederatedGaussianMixture(_FederatedMixture):
     _family_params = ("covariance_type", "reg_covar")
     _parameter_constraints = {**_SHARED_CONSTRAINTS, "covariance_type": P.one_of(*COVARIANCE_TYPES),
                               "reg_covar": P.real(0.0, np.inf, high_open=True), "weights_init": _ARRAY_OR_NONE,
-                              "means_init": _ARRAY_OR_NONE}
+                              "means_init": _ARRAY_OR_NONE,
+                              "privacy": P.any_of(P.none, P.instance(DifferentialPrivacy,
+                                                                     text="a fedmm.privacy.DifferentialPrivacy"))}
 
     def __init__(self, n_components=1, *, method="fedgrem", covariance_type="diag", n_init=1, max_iter=500,
                  tol=1e-3, init="auto", alignment="consensus", reg_covar=1e-6, weights_init=None, means_init=None,
-                 backend="auto", warm_start=False, verbose=0, random_state=None):
+                 backend="auto", warm_start=False, verbose=0, random_state=None, privacy=None):
         self.n_components = n_components
         self.method = method
         self.covariance_type = covariance_type
@@ -85,6 +92,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         self.warm_start = warm_start
         self.verbose = verbose
         self.random_state = random_state
+        self.privacy = privacy
 
     def _make_family(self, backend):
         return GaussianFamily(self.covariance_type, self.reg_covar, backend=backend)

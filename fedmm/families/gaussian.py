@@ -62,6 +62,17 @@ class GaussianFamily(Family):
     def _matrix(self):
         return self.covariance_type in ("tied", "full")
 
+    @property
+    def estimates_scale(self):
+        """Whether the variances are estimated (every covariance type but ``"identity"``)."""
+        return self.covariance_type != "identity"
+
+    def unit_scale(self, n_features):
+        """Unit variances (s,) in this family's layout of ``scale``: those of a start that has seen no data."""
+        if self._matrix:
+            return np.eye(n_features).ravel()
+        return np.ones(n_features if self.covariance_type == "diag" else 1)
+
     def units(self, moments):
         """Identity: none (unit variance is the model). Spherical: the pooled mean and one scale, the root
         of the mean pooled variance (equivariant under shifts, rotations, isotropic scaling). Diagonal, full

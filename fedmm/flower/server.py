@@ -85,6 +85,10 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     if not strategy.client_server or strategy.per_client:
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
+    if getattr(estimator, "privacy", None) is not None:
+        raise ValueError("privacy= runs in one process for now: across parties the noise belongs to an aggregator "
+                         "that sees only the clients' sum (secure aggregation), which fedmm's Flower server does not "
+                         "run yet (docs/privacy.md).")
     if not strategy.robust:
         warnings.warn(f"method={estimator.method!r} makes no promise against malicious parties: one party's "
                       "well-formed replies can move the shared estimate (docs/threat-model.md). For federations "
