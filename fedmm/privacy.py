@@ -10,34 +10,36 @@ The mechanism is DP-FedAvg's, applied to FedEM's rounds (noise on the aggregate:
 one that sees only the sum under secure aggregation):
 
 - **units**: public, from ``bounds`` (the features' range, as diffprivlib asks for it); no client's rows
-  are read for them, and ``clip`` is in these units, so a change of the data's units changes ``bounds``
-  and leaves the fit the same, mapped back;
-- **start**: public, component means drawn from ``random_state`` inside the bounds, unit variances and
-  equal proportions (or the user's own start);
-- **each round**: client ``k`` sends its update to the shared components it was sent, the means and the
-  log-variances (:meth:`~fedmm.families.Family.log_scale`) minus the broadcast's, clipped to Euclidean norm
-  ``clip``; the server averages them with weights ``s_k = n_k / n`` and adds Gaussian noise of standard
-  deviation ``sigma * 2 clip max_k s_k``, the average's sensitivity to one client's rows (its clipped update
-  moves within a ball of radius ``clip``, so by at most ``2 clip``, and counts by ``s_k``);
+  are read for them, and the fit runs in them, so a change of the data's units with ``bounds`` changed
+  alike leaves the fit the same, mapped back;
+- **start**: public, one component at the centre with unit variances, split into more at public rounds
+  (:func:`split_component`), or the user's own means;
+- **each round**: client ``k`` sends its update from the public point it was sent, one vector of its
+  proportions less ``1 / R``, its means' displacement in the sent components' own units (Mahalanobis) and
+  its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm ``clip``; the
+  server averages them with weights ``s_k = n_k / n`` (the denominator ``n`` public) and adds Gaussian
+  noise of standard deviation ``sigma * clip * max_k s_k``, the average's sensitivity to one client added
+  or removed;
+- **the model** is the mean of the last stage's released rounds after its first quarter, by which EM has
+  settled (Polyak-Ruppert averaging); each split grows from the mean of its stage's second half
+  (post-processing: nothing spent);
 - **sizes** ``n_k`` are public (the server weighs clients by them); **log-likelihoods** are not released,
-  so there is no stopping rule: a private fit runs exactly ``max_iter`` rounds, the number its noise was
+  so there is no stopping rule: a private fit runs exactly ``rounds`` rounds, the number its noise was
   calibrated for;
 - each client's **mixing proportions** are computed from its own rows and go back to it only: what it
   alone uses (joint differential privacy, Kearns et al. 2014). The guarantee covers the shared components.
 
-``sigma`` is calibrated before the first round so that the ``max_iter`` rounds compose to ``(epsilon,
+``sigma`` is calibrated before the first round so that the ``rounds`` compose to ``(epsilon,
 delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``privacy`` extra); the fitted
 estimator's ``privacy_spent_`` is what its rounds spent by the same accountant.
 """
-
-from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from . import _params as P
 from .families import MixtureParams
-from .protocol import ClientMessage, take
+from .protocol import take
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
@@ -91,12 +93,15 @@ def centre_start(family, n_clients, n_features):
                          np.broadcast_to(scale, (n_clients, 1, scale.size)).copy())
 
 
-def stage_rounds(max_iter, n_components):
-    """The rounds of each stage of the splitting schedule: ``max_iter`` shared as evenly as it goes between
-    ``n_components`` stages (1, 2, ..., ``n_components`` components), the last taking the remainder."""
-    base = max(max_iter // n_components, 1)
-    rounds = [base] * (n_components - 1)
-    return rounds + [max(max_iter - sum(rounds), 1)]
+def stage_rounds(rounds, n_components):
+    """The rounds of each stage of the splitting schedule (1, 2, ..., ``n_components`` components): the last
+    stage takes half of ``rounds`` (all but its first quarter is averaged into the model,
+    :meth:`PrivateAverage.averaged`), the others share the rest evenly, a round each at least."""
+    if n_components == 1:
+        return [rounds]
+    base = max((rounds // 2) // (n_components - 1), 1)
+    stages = [base] * (n_components - 1)
+    return stages + [max(rounds - sum(stages), 1)]
 
 
 def split_component(family, params, mean_weights, n_features, random_state):
@@ -144,10 +149,16 @@ class DifferentialPrivacy(BaseEstimator):
         The features' public range: numbers or arrays of shape (n_features,), ``lower < upper``. It sets
         the units the fit runs in (the box becomes ``[-1, 1]^d``), and so the scale of ``clip``; rows outside
         it are used as they are (the guarantee does not depend on them).
-    clip : float, default=0.5
-        The largest Euclidean norm of one client's update in one round, in those units (means and
-        log-variances together). Updates beyond it are shrunk onto it: a small ``clip`` biases every
-        round, a large one needs more noise.
+    clip : float, default=1.0
+        The largest norm of one client's update in one round, in the components' own units: proportions,
+        mean displacements over the components' spread (:meth:`~fedmm.families.GaussianFamily.whiten`) and
+        log-variances together, where a coordinate estimated from ``N`` rows moves by about
+        ``1 / sqrt(N)``. Updates beyond it are shrunk onto it: too small and the rounds cannot carry the
+        components where they belong, too large and the noise grows with it.
+    rounds : int, default=40
+        The rounds the fit runs, all of them (the log-likelihoods a stopping rule would read are not
+        released), and the budget is shared between: ``sigma`` grows about as ``sqrt(rounds)``. At least
+        ``n_components`` (a stage each); the estimator's ``max_iter`` does not apply.
     noise : {"central"}, default="central"
         Where the noise goes: on the aggregate (a trusted server, or secure aggregation).
 
@@ -163,14 +174,16 @@ class DifferentialPrivacy(BaseEstimator):
         "delta": P.real(0.0, 1.0, low_open=True, high_open=True),
         "bounds": P.instance(tuple, list, text="a pair (lower, upper)"),
         "clip": P.real(0.0, np.inf, low_open=True, high_open=True),
+        "rounds": P.integer(1),
         "noise": P.one_of(*NOISE),
     }
 
-    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=0.5, noise="central"):
+    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=1.0, rounds=40, noise="central"):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
         self.clip = clip
+        self.rounds = rounds
         self.noise = noise
 
     def validate(self):
@@ -200,64 +213,71 @@ class PrivateAverage:
     """The server's round under central noise: the clients' clipped updates, averaged, plus Gaussian noise.
 
     Stands for a strategy whose server averages the clients' shared components (FedEM: ``s_k = n_k / n``),
-    and is that strategy in every other respect. Parameters are moved in the coordinates
-    ``(theta, log_scale)`` (:meth:`~fedmm.families.Family.log_scale`), where an added noise leaves variances
+    and is that strategy in every other respect (see the module docstring for the update it releases).
+    Variances move as log-variances (:meth:`~fedmm.families.Family.log_scale`), so noise leaves them
     positive.
     """
 
     def __init__(self, strategy, family, n_features, clip, sigma, random_state):
         self._strategy, self.family, self.d = strategy, family, n_features
         self.clip, self.sigma, self.random_state = clip, sigma, random_state
-        self.released = []  # every round's released vector (_coordinates)
+        self.released = []  # every round's release: (mean proportions, theta, log-variances)
 
     @property
     def releases(self):
         """How many noisy aggregates were released: the rounds privacy was spent on."""
         return len(self.released)
 
-    def averaged(self, rounds):
-        """``(theta, scale)`` of the mean of the last ``rounds`` released aggregates (Polyak-Ruppert averaging:
-        once the rounds hover about the fixed point, their mean has ``rounds`` times less noise variance)."""
-        return self._parameters(np.mean(self.released[-rounds:], axis=0))[1:]
-
     def __getattr__(self, name):
         return getattr(self._strategy, name)
 
     def server_step(self, messages, state, t):
         broadcast, state = self._strategy.server_step(messages, state, t)   # the strategy's own bookkeeping
-        sent = self._sent
+        sent = take(self._sent, 0)   # the components every client was sent (its proportions are its own)
         share = messages.n / messages.n.sum()
-        # The public point every client's update is taken from: the components it was sent, and equal
-        # proportions (its own proportions it was sent are its own, not public).
-        R = sent.theta.shape[1]
-        reference = self._coordinates(take(sent, 0))[0]
-        reference[:R] = 1.0 / R
-        update = clip_rows(self._coordinates(messages) - reference, self.clip)
+        update = clip_rows(self._update(messages, sent), self.clip)
         noise = self.sigma * self.clip * share.max()
-        released = reference + share @ update + noise * self.random_state.standard_normal(reference.size)
-        self.mean_weights, theta, scale = self._parameters(released)
-        self.released.append(released)
+        mean = share @ update + noise * self.random_state.standard_normal(update.shape[1])
+        weights, theta, log_scale = self._apply(mean, sent)
+        self.released.append((weights, theta, log_scale))
+        scale = self._scale(log_scale, sent)
         K = messages.n.size
         params = broadcast.params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
                                            scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
         return broadcast._replace(params=params), state._replace(center=theta)
 
-    def _coordinates(self, params):
-        """(K, m): every client's contribution as one vector: proportions, means, log-variances (fixed
-        variances left out)."""
-        K = params.theta.shape[0]
-        parts = [params.weights, params.theta.reshape(K, -1)]
+    def _update(self, messages, sent):
+        """(K, m): every client's update from the public point ``sent`` as one vector: its proportions less
+        ``1 / R``, its means' displacement in the sent components' own units (:meth:`~fedmm.families.
+        GaussianFamily.whiten`), its log-variances' (:meth:`~fedmm.families.Family.log_scale`). In these
+        units every coordinate estimated from ``N`` samples has sd about ``1 / sqrt(N)``, so one ``clip``
+        suits them all."""
+        K, R = messages.weights.shape
+        parts = [messages.weights - 1.0 / R,
+                 self.family.whiten(messages.theta - sent.theta, sent.scale).reshape(K, -1)]
         if self.family.estimates_scale:
-            parts.append(self.family.log_scale(params.scale, self.d).reshape(K, -1))
+            parts.append((self.family.log_scale(messages.scale, self.d)
+                          - self.family.log_scale(sent.scale, self.d)).reshape(K, -1))
         return np.concatenate(parts, axis=1)
 
-    def _parameters(self, v):
-        """``(mean proportions, theta, scale)`` of one vector of :meth:`_coordinates`."""
-        R, p = self._sent.theta.shape[1:]
-        weights, theta = v[:R], v[R:R + R * p].reshape(R, p)
-        if not self.family.estimates_scale:
-            return weights, theta, self._sent.scale[0]
-        return weights, theta, self.family.exp_scale(v[R + R * p:].reshape(R, -1), self.d)
+    def _apply(self, mean, sent):
+        """``(mean proportions, theta, log-variances)``: ``sent`` moved by the released update ``mean``."""
+        R, d = sent.theta.shape[1:]
+        theta = sent.theta[0] + self.family.unwhiten(mean[R:R + R * d].reshape(R, d), sent.scale[0])
+        log_scale = self.family.log_scale(sent.scale[0], self.d)
+        if self.family.estimates_scale:
+            log_scale = log_scale + mean[R + R * d:].reshape(log_scale.shape)
+        return 1.0 / R + mean[:R], theta, log_scale
+
+    def _scale(self, log_scale, sent):
+        return self.family.exp_scale(log_scale, self.d) if self.family.estimates_scale else sent.scale[0]
+
+    def averaged(self, rounds):
+        """``(mean proportions, theta, scale)``: the mean of the last ``rounds`` releases (Polyak-Ruppert
+        averaging: once the rounds hover about the fixed point, their mean has ``rounds`` times less noise
+        variance), variances averaged as log-variances."""
+        weights, theta, log_scale = (np.mean(part, axis=0) for part in zip(*self.released[-rounds:]))
+        return weights, theta, self._scale(log_scale, take(self._sent, 0))
 
 
 class PrivateClients:

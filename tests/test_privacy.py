@@ -71,27 +71,26 @@ def _aggregate(K=20, R=2, d=3, sigma=1.5, clip=0.5, seed=0, n=None):
 
 
 def test_the_noise_on_the_aggregate_has_the_calibrated_standard_deviation():
-    """Updates of zero: what is released is the reference plus the noise alone, whose standard deviation must
-    be sigma times the aggregate's sensitivity, clip times the largest share n_k / n. 400 rounds of 14
-    coordinates: the sample sd is within 5% of it with probability far above 0.9999 (its relative sd is
-    1 / sqrt(2 * 5600) < 1%)."""
+    """Updates of zero (unit variances: the means' own units are the standard ones): what is released is the
+    sent components plus the noise alone, whose standard deviation must be sigma times the aggregate's
+    sensitivity, clip times the largest share n_k / n. 400 rounds of 14 coordinates: the sample sd is within
+    5% of it with probability far above 0.9999 (its relative sd is 1 / sqrt(2 * 5600) < 1%)."""
     n = np.arange(1.0, 21.0) * 10
     average, messages, params = _aggregate(n=n, sigma=1.5, clip=0.5)
     server = METHODS["fedem"]().server_start(average.family, params, n)[1]
     for t in range(1, 401):
         average.server_step(messages, server, t)
-    reference = average._coordinates(params)[0]
-    reference[:2] = 0.5
-    noise = np.array(average.released) - reference
+    noise = np.array([np.concatenate([w - 0.5, (theta - params.theta[0]).ravel(), log_scale.ravel()])
+                      for w, theta, log_scale in average.released])  # log(1) = 0
     expected = 1.5 * 0.5 * n.max() / n.sum()
     assert abs(noise.std() / expected - 1) < 0.05
     assert abs(noise.mean()) < 5 * expected / np.sqrt(noise.size)
     assert average.releases == 400
 
 
-def _fit(X, bounds=BOUNDS, **options):
-    options = {"method": "fedem", "max_iter": 30, "random_state": 0,
-               "privacy": DifferentialPrivacy(4.0, 1e-6, bounds=bounds, clip=1.0), **options}
+def _fit(X, bounds=BOUNDS, rounds=30, **options):
+    options = {"method": "fedem", "random_state": 0,
+               "privacy": DifferentialPrivacy(4.0, 1e-6, bounds=bounds, rounds=rounds), **options}
     return FederatedGaussianMixture(5, **options).fit(X)
 
 
@@ -134,7 +133,7 @@ def test_without_noise_the_private_path_reaches_the_plain_fits_accuracy():
     short of its fixed point by the clip costs 0.5 to 2."""
     X, truth = make_federated_gmm(20, 300, random_state=0)
     plain = FederatedGaussianMixture(5, method="fedem", random_state=0).fit(X)
-    model = _fit(X, privacy=DifferentialPrivacy(1e6, 1e-6, bounds=BOUNDS, clip=1.0), max_iter=50)
+    model = _fit(X, privacy=DifferentialPrivacy(1e6, 1e-6, bounds=BOUNDS))
     error = [estimation_errors(m.weights_, m.means_, truth.weights, truth.theta)[1].max() for m in (plain, model)]
     assert abs(error[1] - error[0]) < 0.05
 
@@ -143,11 +142,12 @@ def test_without_noise_the_private_path_reaches_the_plain_fits_accuracy():
     ({"method": "fedgrem"}, "method='fedem'"),
     ({"covariance_type": "tied"}, "covariance_type='tied'"),
     ({"n_init": 2}, "n_init=1"),
-    ({"max_iter": 2}, "max_iter >= n_components"),
+    ({"rounds": 2}, "rounds=...\\) >= n_components"),
     ({"privacy": DifferentialPrivacy()}, "bounds"),
     ({"privacy": DifferentialPrivacy(bounds=(0.0, [1.0, 2.0]))}, "shape"),
     ({"privacy": DifferentialPrivacy(bounds=(1.0, 0.0))}, "lower < upper"),
     ({"privacy": DifferentialPrivacy(epsilon=0.0, bounds=BOUNDS)}, "epsilon"),
+    ({"privacy": DifferentialPrivacy(rounds=0, bounds=BOUNDS)}, "rounds"),
 ])
 def test_what_a_private_fit_cannot_do_is_a_clear_error(options, match):
     X, _ = make_federated_gmm(4, 60, random_state=0)
@@ -160,6 +160,25 @@ def test_the_private_transport_refuses_every_query_outside_the_rounds():
     for query in ("moments", "family_starts", "user_start", "fit_weights", "deal_folds", "held_out_loglik"):
         with pytest.raises(ValueError, match="outside the rounds"):
             getattr(clients, query)
+
+
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "full"])
+def test_whitened_displacements_have_the_mahalanobis_norm_and_come_back(covariance_type):
+    rs = np.random.RandomState(0)
+    family, R, d = GaussianFamily(covariance_type), 3, 4
+    if covariance_type == "full":
+        A = rs.normal(size=(R, d, d))
+        covariance = A @ np.swapaxes(A, 1, 2) + np.eye(d)
+        scale = covariance.reshape(R, d * d)
+    else:
+        scale = rs.uniform(0.5, 2.0, (R, d if covariance_type == "diag" else 1))
+        scale = np.ones_like(scale) if covariance_type == "identity" else scale
+        covariance = np.stack([np.diag(np.broadcast_to(s, (d,))) for s in scale])
+    delta = rs.normal(size=(R, d))
+    z = family.whiten(delta, scale)
+    np.testing.assert_allclose((z ** 2).sum(axis=1),
+                               np.einsum("ri,rij,rj->r", delta, np.linalg.inv(covariance), delta), rtol=1e-10)
+    np.testing.assert_allclose(family.unwhiten(z, scale), delta, rtol=1e-10, atol=1e-12)
 
 
 def test_a_split_halves_the_widest_heaviest_component_along_its_widest_axis():

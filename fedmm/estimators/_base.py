@@ -179,17 +179,17 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _fit_private(self, strategy, family, clients, client_ids, privacy, rng):
         """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
-        ``max_iter`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
+        ``privacy.rounds`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
         if strategy.name != "fedem" or getattr(family, "covariance_type", None) == "tied":
             raise ValueError("privacy= runs method='fedem' with covariance_type 'diag', 'spherical', 'full' or "
                              f"'identity' for now; got method={strategy.name!r}"
                              + (", covariance_type='tied'." if family.covariance_type == "tied" else "."))
-        if self.n_init != 1 or self.init != "auto" or self.warm_start or self.max_iter < self.n_components:
+        if self.n_init != 1 or self.init != "auto" or self.warm_start or privacy.rounds < self.n_components:
             raise ValueError("A private fit runs once from a public start (one component split into more, or "
                              "means_init), a stage of rounds per component: use n_init=1, init='auto', "
-                             "warm_start=False and max_iter >= n_components.")
+                             "warm_start=False and DifferentialPrivacy(rounds=...) >= n_components.")
         d, K, R = self.n_features_in_, clients.n_clients, self.n_components
-        sigma = noise_multiplier(privacy.epsilon, privacy.delta, self.max_iter)
+        sigma = noise_multiplier(privacy.epsilon, privacy.delta, privacy.rounds)
         average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng)
         private = PrivateClients(clients, average)
         units = family.units(privacy.moments(d))
@@ -199,23 +199,27 @@ class _FederatedMixture(BaseEstimator, ABC):
         if strategy.participation < 1.0 or strategy.dropout > 0.0:
             participation = Participation(strategy.participation, strategy.dropout, rng.randint(2 ** 31 - 1))
         if user is None:   # one component at the centre, split into more at public rounds
-            start, stages = centre_start(family, K, d), stage_rounds(self.max_iter, R)
+            start, stages = centre_start(family, K, d), stage_rounds(privacy.rounds, R)
         else:
             weights, theta = user
             start = centre_start(family, K, d)
             start = MixtureParams(np.full((K, R), 1.0 / R) if weights is None else np.broadcast_to(weights, (K, R)),
                                   np.broadcast_to(theta, (K, R, d)).copy(),
                                   np.repeat(start.scale, R, axis=1))
-            stages = [self.max_iter]
+            stages = [privacy.rounds]
         passes = []
         for i, rounds in enumerate(stages):
-            if i:
-                start = split_component(family, passes[-1].params, average.mean_weights, d, rng)
+            if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
+                weights, theta, scale = average.averaged(max(stages[i - 1] // 2, 1))
+                stage = passes[-1].params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
+                                                   scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
+                start = split_component(family, stage, weights, d, rng)
             # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
             passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=Progress(self.verbose),
                                      participation=participation))
-        # The model: the mean of the last stage's second half of rounds, which hover about its fixed point.
-        theta, scale = average.averaged(max(stages[-1] // 2, 1))
+        # The model: the mean of the last stage's rounds after its first quarter (EM settles within it), which
+        # hover about its fixed point.
+        _, theta, scale = average.averaged(max(stages[-1] * 3 // 4, 1))
         params = passes[-1].params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
                                             scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
         result = passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),

@@ -37,7 +37,7 @@ class FederatedGaussianMixture(_FederatedMixture):
         Initial means; when given, they are the only start (assumed aligned).
     privacy : fedmm.privacy.DifferentialPrivacy, optional
         Client-level differential privacy for the fit (``method="fedem"``; ``docs/privacy.md``): the fit
-        then runs exactly ``max_iter`` rounds from a start in the public bounds (or ``means_init``), and
+        then runs exactly ``privacy.rounds`` rounds from a public start (or ``means_init``), and
         ``privacy_spent_`` says what they spent.
 
     Attributes

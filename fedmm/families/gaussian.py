@@ -67,6 +67,23 @@ class GaussianFamily(Family):
         """Whether the variances are estimated (every covariance type but ``"identity"``)."""
         return self.covariance_type != "identity"
 
+    def whiten(self, delta, scale):
+        """Displacements ``delta`` (..., R, d) of the component means in units of the components' own spread
+        ``scale`` (..., R, s): ``P^T delta`` with ``Sigma^{-1} = P P^T``, whose norm is the Mahalanobis
+        distance. A mean estimated from ``N`` samples then has coordinates of sd ``1 / sqrt(N)`` at any scale,
+        as the log-variances of :meth:`log_scale` do."""
+        P = self.precisions_cholesky(scale)
+        if not self._matrix:
+            return delta * (P if self.covariance_type == "diag" else P[..., None])
+        return np.einsum("...ji,...j->...i", P, delta)
+
+    def unwhiten(self, z, scale):
+        """The inverse of :meth:`whiten`."""
+        P = self.precisions_cholesky(scale)
+        if not self._matrix:
+            return z / (P if self.covariance_type == "diag" else P[..., None])
+        return np.linalg.solve(np.swapaxes(P, -1, -2), z[..., None])[..., 0]
+
     def unit_scale(self, n_features):
         """Unit variances (s,) in this family's layout of ``scale``: those of a start that has seen no data."""
         if self._matrix:
