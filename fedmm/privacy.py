@@ -12,8 +12,8 @@ one that sees only the sum under secure aggregation):
 - **units**: public, from ``bounds`` (the features' range, as diffprivlib asks for it); no client's rows
   are read for them, and the fit runs in them, so a change of the data's units with ``bounds`` changed
   alike leaves the fit the same, mapped back;
-- **start**: public, one component at the centre with unit variances, split into more at public rounds
-  (:func:`split_component`), or the user's own means;
+- **start**: public, one component at the bounds' centre with the box's variances, split into more at public
+  rounds (:func:`split_component`), or the user's own means;
 - **each round**: client ``k`` sends its update from the public point it was sent, one vector of its
   proportions less ``1 / R``, its means' displacement in the sent components' own units (Mahalanobis) and
   its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm ``clip``; the
@@ -45,7 +45,7 @@ from .units import Moments
 __all__ = ["DifferentialPrivacy", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
            "clip_rows", "centre_start", "stage_rounds", "split_component"]
 
-#: Where the noise is added; the aggregate only, for now (the clients' own messages: issue 46).
+#: Where the noise is added: on the aggregate (noise on each client's own message is not built).
 NOISE = ("central",)
 
 
@@ -85,11 +85,14 @@ def clip_rows(v, clip):
     return v * np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
 
 
-def centre_start(family, n_clients, n_features):
-    """One component at the centre of the bounds (0 in standard units) with unit variances: the public start
-    the splitting schedule grows from (:func:`split_component`)."""
-    scale = family.unit_scale(n_features) / 3.0
-    return MixtureParams(np.ones((n_clients, 1)), np.zeros((n_clients, 1, n_features)),
+def centre_start(family, n_clients, centre):
+    """One component at the centre of the bounds, ``centre`` (d,) in the units the fit runs in (0 in standard
+    units), with the variances of the uniform distribution on the box (1/3 of the unit ones in standard
+    units; the model's own where they are fixed): the public start the splitting schedule grows from
+    (:func:`split_component`)."""
+    d = len(centre)
+    scale = family.unit_scale(d) / (3.0 if family.estimates_scale else 1.0)
+    return MixtureParams(np.ones((n_clients, 1)), np.broadcast_to(centre, (n_clients, 1, d)).copy(),
                          np.broadcast_to(scale, (n_clients, 1, scale.size)).copy())
 
 

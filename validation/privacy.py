@@ -62,7 +62,7 @@ def pfl_style(X, epsilon, setting, seed):
     n = max(len(z) for z in Z)
     scale, factor = setting
     clip = factor * np.sqrt((scale * n) ** 2 / R + 3 * n * d)
-    start = centre_start(family, 1, d)
+    start = centre_start(family, 1, np.zeros(d))
     w, mu, var = start.weights[0], start.theta[0], np.broadcast_to(start.scale[0], (1, d)).copy()
     stages, released = stage_rounds(rounds, R), []
     for i, stage in enumerate(stages):

@@ -192,17 +192,19 @@ class _FederatedMixture(BaseEstimator, ABC):
         sigma = noise_multiplier(privacy.epsilon, privacy.delta, privacy.rounds)
         average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng)
         private = PrivateClients(clients, average)
-        units = family.units(privacy.moments(d))
+        moments = privacy.moments(d)
+        units = family.units(moments)
         private.set_units(units)
         user = self._user_start(family, units, K, d)
+        centre = family.to_internal(moments.mean[None], units)[0]   # 0 unless the model fixes the units
         participation = None
         if strategy.participation < 1.0 or strategy.dropout > 0.0:
             participation = Participation(strategy.participation, strategy.dropout, rng.randint(2 ** 31 - 1))
         if user is None:   # one component at the centre, split into more at public rounds
-            start, stages = centre_start(family, K, d), stage_rounds(privacy.rounds, R)
+            start, stages = centre_start(family, K, centre), stage_rounds(privacy.rounds, R)
         else:
             weights, theta = user
-            start = centre_start(family, K, d)
+            start = centre_start(family, K, centre)
             start = MixtureParams(np.full((K, R), 1.0 / R) if weights is None else np.broadcast_to(weights, (K, R)),
                                   np.broadcast_to(theta, (K, R, d)).copy(),
                                   np.repeat(start.scale, R, axis=1))
