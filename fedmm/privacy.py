@@ -17,7 +17,8 @@ one that sees only the sum under secure aggregation):
 - **each round**: client ``k`` sends its update from the public point it was sent, one vector of its
   proportions less ``1 / R``, its means' displacement in the sent components' own units (Mahalanobis) and
   its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm ``clip``; the
-  server averages them with weights ``s_k = n_k / n`` (the denominator ``n`` public) and adds Gaussian
+  server averages them with weights ``s_k = n_k / n`` (sizes public and capped at the median one: the
+  noise grows with the largest share; the denominator ``n`` fixed) and adds Gaussian
   noise of standard deviation ``sigma * clip * max_k s_k``, the average's sensitivity to one client added
   or removed;
 - **the model** is the mean of the last stage's released rounds after its first quarter, by which EM has
@@ -150,8 +151,8 @@ class DifferentialPrivacy(BaseEstimator):
         In (0, 1); take it well below ``1 / n_clients``.
     bounds : tuple (lower, upper)
         The features' public range: numbers or arrays of shape (n_features,), ``lower < upper``. It sets
-        the units the fit runs in (the box becomes ``[-1, 1]^d``), and so the scale of ``clip``; rows outside
-        it are used as they are (the guarantee does not depend on them).
+        the units the fit runs in (the box becomes ``[-1, 1]^d``) and the start; rows outside it are used as
+        they are (the guarantee does not depend on them).
     clip : float, default=1.0
         The largest norm of one client's update in one round, in the components' own units: proportions,
         mean displacements over the components' spread (:meth:`~fedmm.families.GaussianFamily.whiten`) and
@@ -215,7 +216,8 @@ class DifferentialPrivacy(BaseEstimator):
 class PrivateAverage:
     """The server's round under central noise: the clients' clipped updates, averaged, plus Gaussian noise.
 
-    Stands for a strategy whose server averages the clients' shared components (FedEM: ``s_k = n_k / n``),
+    Stands for a strategy whose server averages the clients' shared components (FedEM, with shares
+    ``s_k = n_k / n`` of the sizes capped at the median one),
     and is that strategy in every other respect (see the module docstring for the update it releases).
     Variances move as log-variances (:meth:`~fedmm.families.Family.log_scale`), so noise leaves them
     positive.
@@ -237,7 +239,10 @@ class PrivateAverage:
     def server_step(self, messages, state, t):
         broadcast, state = self._strategy.server_step(messages, state, t)   # the strategy's own bookkeeping
         sent = take(self._sent, 0)   # the components every client was sent (its proportions are its own)
-        share = messages.n / messages.n.sum()
+        # Shares from sizes capped at the median one: the noise every client's update drowns in grows with the
+        # largest share, so no one client's size (a claim like any, and a large client's a fact) may set it.
+        sizes = np.minimum(messages.n, np.median(messages.n))
+        share = sizes / sizes.sum()
         update = clip_rows(self._update(messages, sent), self.clip)
         noise = self.sigma * self.clip * share.max()
         mean = share @ update + noise * self.random_state.standard_normal(update.shape[1])
@@ -322,6 +327,6 @@ class PrivateClients:
 
     def __getattr__(self, name):
         raise ValueError(f"A private fit does not ask its clients for {name!r}: it would read their rows outside "
-                         "the rounds the noise was calibrated for. Under privacy use the defaults of the start "
-                         "(a random one in the bounds, or your own), n_init=1, and options the data do not "
-                         "choose (no penalty='auto').")
+                         "the rounds the noise was calibrated for. Under privacy use the default start (the "
+                         "public splitting start, or your own means_init), n_init=1, and options the data do not "
+                         "choose.")

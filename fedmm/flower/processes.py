@@ -262,4 +262,6 @@ def _toml(value):
         return str(value).lower()
     if isinstance(value, (int, float)):
         return repr(value)
-    return "'" + str(value).replace("'", "") + "'"
+    if "'" in str(value):
+        raise ValueError(f"A run config value cannot hold a single quote (flwr reads it as TOML): {value!r}.")
+    return f"'{value}'"
