@@ -1,34 +1,45 @@
 """Differential privacy: what a fit may reveal about one client's rows, as a number (``docs/privacy.md``).
 
 ``privacy=DifferentialPrivacy(epsilon, delta, bounds=...)`` on an estimator makes its fit
-``(epsilon, delta)``-differentially private at the level of clients: two federations are neighbours when
-one client's rows differ, all of them (the unit of federated learning's DP, McMahan et al., ICLR 2018).
-What the shared model, and so every other client and whoever reads the fit, learns about one client is
-then bounded whatever that client's rows are.
+``(epsilon, delta)``-differentially private at the level of clients (the unit of federated learning's DP,
+McMahan et al., ICLR 2018): under central noise, two federations are neighbours when one client is added or
+removed with all its rows; under local noise, each client's messages are private whatever its rows are
+(any two data sets of one client are neighbours). What the shared model, and so every other client and
+whoever reads the fit (under local noise: the server too), learns about one client is then bounded whatever
+that client's rows are.
 
-The mechanism is DP-FedAvg's, applied to FedEM's rounds (noise on the aggregate: a trusted server, or
-one that sees only the sum under secure aggregation):
+The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
 
 - **units**: public, from ``bounds`` (the features' range, as diffprivlib asks for it); no client's rows
   are read for them, and the fit runs in them, so a change of the data's units with ``bounds`` changed
   alike leaves the fit the same, mapped back;
 - **start**: public, one component at the bounds' centre with the box's variances, split into more at public
   rounds (:func:`split_component`), or the user's own means;
-- **each round**: client ``k`` sends its update from the public point it was sent, one vector of its
-  proportions less ``1 / R``, its means' displacement in the sent components' own units (Mahalanobis) and
-  its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm ``clip``; the
-  server averages them with weights ``s_k = n_k / n`` (sizes public and capped at the median one: the
-  noise grows with the largest share; the denominator ``n`` fixed) and adds Gaussian
-  noise of standard deviation ``sigma * clip * max_k s_k``, the average's sensitivity to one client added
-  or removed;
+- **each round**: client ``k``'s update from the released components it was sent is one vector
+  (:func:`encode`): its proportions less ``1 / R``, its means' displacement in the sent components' own units
+  (Mahalanobis) and its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm
+  ``clip``. Shares ``s_k = n_k / n`` weigh the clients (sizes public and capped at the median one, the
+  denominator ``n`` fixed: :func:`capped_shares`).
+
+  - central noise: the server averages the clipped updates with the shares and adds Gaussian noise of
+    standard deviation ``sigma * clip * max_k s_k``, the average's sensitivity to one client added or
+    removed. For FedGrEM this average is one step towards the centre of its central problem with penalty
+    ``clip`` (:func:`robust_centre`), to which the rounds converge;
+  - local noise: each client adds Gaussian noise of standard deviation ``2 sigma clip`` to its own clipped
+    update (the distance between two points of the ball); the server averages the noisy updates (FedEM) or
+    takes their :func:`robust_centre` (FedGrEM: one party's pull is at most its share of ``clip``, whatever
+    it sends);
+- **FedGrEM's clients** take gradient M-steps from their own components, which each computes from the release
+  and its own last estimate (:func:`personal_components`, the central problem's shrinkage step);
 - **the model** is the mean of the last stage's released rounds after its first quarter, by which EM has
   settled (Polyak-Ruppert averaging); each split grows from the mean of its stage's second half
   (post-processing: nothing spent);
-- **sizes** ``n_k`` are public (the server weighs clients by them); **log-likelihoods** are not released,
-  so there is no stopping rule: a private fit runs exactly ``rounds`` rounds, the number its noise was
-  calibrated for;
-- each client's **mixing proportions** are computed from its own rows and go back to it only: what it
-  alone uses (joint differential privacy, Kearns et al. 2014). The guarantee covers the shared components.
+- **sizes** ``n_k`` are public (the server weighs clients by them); **log-likelihoods** and sufficient
+  statistics are not released, so there is no stopping rule: a private fit runs exactly ``rounds`` rounds,
+  the number its noise was calibrated for;
+- each client's **mixing proportions** (and under FedGrEM its own components) are computed from its own rows
+  and the release, and go back to it only: what it alone uses (joint differential privacy, Kearns et al.
+  2014). The guarantee covers the shared components.
 
 ``sigma`` is calibrated before the first round so that the ``rounds`` compose to ``(epsilon,
 delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``privacy`` extra); the fitted
@@ -36,18 +47,34 @@ estimator's ``privacy_spent_`` is what its rounds spent by the same accountant.
 """
 
 import numpy as np
+from scipy import stats
 from sklearn.base import BaseEstimator
 
 from . import _params as P
+from .algorithms.central import _soft_threshold, central_update
+from .algorithms.fedem import FedEM, SharedComponents
 from .families import MixtureParams
-from .protocol import take
+from .protocol import Broadcast, put
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
-           "clip_rows", "centre_start", "stage_rounds", "split_component"]
+           "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "personal_components"]
 
-#: Where the noise is added: on the aggregate (noise on each client's own message is not built).
-NOISE = ("central",)
+#: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
+#: own message (an untrusted server).
+NOISE = ("central", "local")
+#: The methods a private fit runs.
+METHODS = ("fedem", "fedgrem")
+#: The smallest variance a release keeps, over the box's half-width squared (:func:`in_the_box`).
+VARIANCE_FLOOR = 1e-6
+#: The chance that a client on the consensus keeps a part of its own components under FedGrEM
+#: (:func:`personal_components`), over the whole federation.
+PERSONAL_LEVEL = 0.05
+#: What :class:`PrivateAverage` asks of FedEM's server rather than of the method: the shared-components
+#: bookkeeping.
+SERVER_SIDE = ("diagnostics", "center", "groups", "round_info", "fitted_attributes", "may_keep_moving",
+               "restarting", "communication", "used_models")
 
 
 def _accounting():
@@ -163,8 +190,13 @@ class DifferentialPrivacy(BaseEstimator):
         The rounds the fit runs, all of them (the log-likelihoods a stopping rule would read are not
         released), and the budget is shared between: ``sigma`` grows about as ``sqrt(rounds)``. At least
         ``n_components`` (a stage each); the estimator's ``max_iter`` does not apply.
-    noise : {"central"}, default="central"
-        Where the noise goes: on the aggregate (a trusted server, or secure aggregation).
+    noise : {"central", "local"}, default="central"
+        Where the noise goes. ``"central"``: on the aggregate, by a server trusted with each client's update
+        (or one that sees only their sum under secure aggregation); the noise is that of one client's share
+        of the average. ``"local"``: on each client's own update before it leaves the client, for a server
+        trusted with nothing; each message then carries the noise of a whole update, ``1 / max_k s_k`` times
+        more (about ``K`` times for ``K`` equal clients), which the average shrinks by ``sqrt(K)`` only: it
+        needs many clients (``docs/privacy.md``).
 
     Attributes set on the fitted estimator
     --------------------------------------
@@ -197,10 +229,8 @@ class DifferentialPrivacy(BaseEstimator):
         P.validate(self.get_params(deep=False), self._parameter_constraints)
         return self
 
-    def moments(self, n_features):
-        """The public :class:`fedmm.units.Moments` the units come from: those of the uniform distribution on
-        the box, scaled so that the box's half-widths are the standard deviations (the box maps to
-        ``[-1, 1]^d``)."""
+    def box(self, n_features):
+        """``(lower, upper)``, each of shape (n_features,), checked."""
         if len(self.bounds) != 2:
             raise ValueError(f"bounds must be a pair (lower, upper); got {len(self.bounds)} items.")
         lower, upper = (np.broadcast_to(np.asarray(b, dtype=float), (n_features,)) if np.ndim(b) <= 1 and
@@ -209,23 +239,131 @@ class DifferentialPrivacy(BaseEstimator):
             raise ValueError(f"bounds must be numbers or arrays of shape (n_features,) = ({n_features},).")
         if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
             raise ValueError("bounds must be finite with lower < upper in every feature.")
+        return lower, upper
+
+    def moments(self, n_features):
+        """The public :class:`fedmm.units.Moments` the units come from: those of the uniform distribution on
+        the box, scaled so that the box's half-widths are the standard deviations (the box maps to
+        ``[-1, 1]^d``)."""
+        lower, upper = self.box(n_features)
         centre, half = (lower + upper) / 2.0, (upper - lower) / 2.0
         return Moments(centre, np.outer(centre, centre) + np.diag(half ** 2), None, None)
 
 
-class PrivateAverage:
-    """The server's round under central noise: the clients' clipped updates, averaged, plus Gaussian noise.
+def in_the_box(family, theta, scale, lower, upper):
+    """``(theta, scale)`` of a release kept to what data in the box ``[lower, upper]`` (the fit's units) can
+    have: means in the box, coordinate variances at most its half-widths squared (a full covariance's
+    eigenvalues at most ``d`` times the largest) and at least :data:`VARIANCE_FLOOR` times them. Post-processing
+    of released numbers (nothing spent); it keeps the noise of a round from sending a component where no
+    client's E-step can use it."""
+    theta = np.clip(theta, lower, upper)
+    if not family.estimates_scale:
+        return theta, scale
+    half2 = ((upper - lower) / 2.0) ** 2
+    if family.covariance_type in ("full", "tied"):
+        d = len(half2)
+        values, vectors = np.linalg.eigh(scale.reshape(scale.shape[:-1] + (d, d)))
+        values = np.clip(values, VARIANCE_FLOOR * half2.min(), d * half2.max())
+        return theta, ((vectors * values[..., None, :]) @ np.swapaxes(vectors, -1, -2)).reshape(scale.shape)
+    if scale.shape[-1] == 1:   # spherical: the mean coordinate variance
+        return theta, np.clip(scale, VARIANCE_FLOOR * half2.min(), half2.max())
+    return theta, np.clip(scale, VARIANCE_FLOOR * half2, half2)
 
-    Stands for a strategy whose server averages the clients' shared components (FedEM, with shares
-    ``s_k = n_k / n`` of the sizes capped at the median one),
-    and is that strategy in every other respect (see the module docstring for the update it releases).
-    Variances move as log-variances (:meth:`~fedmm.families.Family.log_scale`), so noise leaves them
-    positive.
+
+def shared_point(params):
+    """The released components every client was sent: row 0 of ``params`` without its leading axis (weights
+    (R,), theta (R, p), scale (R, s))."""
+    return MixtureParams(*(field[0] for field in params))
+
+
+def encode(family, n_features, params, point):
+    """(..., m): updates from the public ``point`` (:func:`shared_point`) to ``params`` (weights (..., R),
+    theta (..., R, p), scale (..., R, s)) as one vector each: the proportions less ``1 / R``, the means'
+    displacements in the point's components' own units (:meth:`~fedmm.families.GaussianFamily.whiten`), the
+    log-variances' (:meth:`~fedmm.families.Family.log_scale`). In these units every coordinate estimated from
+    ``N`` samples has sd about ``1 / sqrt(N)``, so one ``clip`` suits them all."""
+    R = point.weights.shape[-1]
+    lead = params.weights.shape[:-1]
+    parts = [params.weights - 1.0 / R, family.whiten(params.theta - point.theta, point.scale).reshape(lead + (-1,))]
+    if family.estimates_scale:
+        parts.append((family.log_scale(params.scale, n_features)
+                      - family.log_scale(point.scale, n_features)).reshape(lead + (-1,)))
+    return np.concatenate(parts, axis=-1)
+
+
+def decode(family, n_features, v, point):
+    """The inverse of :func:`encode`: ``(weights, theta, log-variances)``, ``point`` moved by the updates
+    ``v`` (..., m)."""
+    R, p = point.theta.shape
+    lead = v.shape[:-1]
+    theta = point.theta + family.unwhiten(v[..., R:R + R * p].reshape(lead + (R, p)), point.scale)
+    log_scale = family.log_scale(point.scale, n_features)
+    log_scale = np.broadcast_to(log_scale, lead + log_scale.shape)
+    if family.estimates_scale:
+        log_scale = log_scale + v[..., R + R * p:].reshape(log_scale.shape)
+    return 1.0 / R + v[..., :R], theta, log_scale
+
+
+def scale_of(family, n_features, log_scale, point):
+    """The variances of the log-variances ``log_scale`` (the point's own where the model fixes them)."""
+    if family.estimates_scale:
+        return family.exp_scale(log_scale, n_features)
+    return np.broadcast_to(point.scale, log_scale.shape[:-1] + point.scale.shape[-1:]).copy()
+
+
+def capped_shares(n):
+    """Each client's share ``n_k / n`` of the sizes capped at the median one: the noise every client's update
+    drowns in grows with the largest share, so no one client's size (a claim like any, and a large client's a
+    fact) may set it."""
+    sizes = np.minimum(n, np.median(n))
+    return sizes / sizes.sum()
+
+
+def robust_centre(updates, share, clip):
+    """The centre of FedGrEM's central problem (eq. (6); :func:`fedmm.algorithms.central.central_update`) over
+    the clients' updates (K, m) with weights ``share`` and penalty ``clip``: the Huber M-estimate of their
+    location, where a client farther than ``clip`` pulls with a force ``clip`` whatever its distance. Under
+    local noise every update lies far beyond ``clip``, and it is their weighted geometric median."""
+    return central_update(updates[:, None, :], np.ones(len(share)), clip, weights=share).center[0]
+
+
+def personal_components(family, theta, point, N, centre_variance):
+    """Each client's own components under FedGrEM (its central problem's ``Delta_k`` step, eq. (6)): the
+    released ``point`` plus the client's own displacement ``theta - point`` (K, R, p), in whitened units,
+    soft-thresholded at ``lambda_kr = sqrt(q (1 / N_kr + v))``.
+
+    ``N_kr`` is the client's own count of the component's samples and ``v`` the release's noise variance per
+    whitened coordinate (:attr:`PrivateAverage.centre_variance`): a client on the consensus is displaced by
+    about ``N(0, (1 / N_kr + v) I_p)``, and ``q`` is the ``1 - 0.05 / (K R)`` quantile of chi-square with
+    ``p`` degrees of freedom, so that with probability 0.95 every such client takes the consensus exactly,
+    while a client farther than the noise keeps the part of its own estimate beyond it. Computed by each
+    client from its own estimate and the release: nothing more is released."""
+    K, R, p = theta.shape
+    q = stats.chi2.ppf(1.0 - PERSONAL_LEVEL / (K * R), p)
+    lam = np.sqrt(q * (1.0 / np.maximum(N, 1.0) + centre_variance))
+    z = family.whiten(theta - point.theta, point.scale)
+    return point.theta + family.unwhiten(_soft_threshold(z, lam), point.scale)
+
+
+class PrivateAverage:
+    """The server's side of a private fit: the clients' updates from the released components, aggregated into
+    the next release (see the module docstring).
+
+    Under central noise the updates are clipped and averaged with shares ``s_k``, and Gaussian noise is added:
+    for FedEM and FedGrEM alike (the clipped average is one step towards FedGrEM's centre with penalty
+    ``clip``, :func:`robust_centre`). Under local noise the clients' updates come noised: FedEM averages
+    them, FedGrEM takes their :func:`robust_centre`. Every other call goes to the method (its clients' side)
+    or, on the server's side, to FedEM's shared-components bookkeeping. Variances move as log-variances
+    (:meth:`~fedmm.families.Family.log_scale`), so noise leaves them positive.
     """
 
-    def __init__(self, strategy, family, n_features, clip, sigma, random_state):
+    def __init__(self, strategy, family, n_features, clip, sigma, random_state, noise="central", box=None):
         self._strategy, self.family, self.d = strategy, family, n_features
-        self.clip, self.sigma, self.random_state = clip, sigma, random_state
+        self.box = box   # (lower, upper) in the fit's units (:func:`in_the_box`); None: unbounded
+        self.clip, self.sigma, self.random_state, self.noise = clip, sigma, random_state, noise
+        self.robust = strategy.name == "fedgrem"
+        self._server = FedEM()
+        self.centre_variance = None
         self.released = []  # every round's release: (mean proportions, theta, log-variances)
 
     @property
@@ -234,70 +372,65 @@ class PrivateAverage:
         return len(self.released)
 
     def __getattr__(self, name):
-        return getattr(self._strategy, name)
+        return getattr(self._server if name in SERVER_SIDE else self._strategy, name)
+
+    def server_start(self, family, start, n_k):
+        """The public start, alike for every client, and the release's noise variance per whitened coordinate
+        from the public sizes (``centre_variance``: what the clients' personal step allows for)."""
+        share = capped_shares(n_k)
+        if self.noise == "central":
+            self.centre_variance = (self.sigma * self.clip * share.max()) ** 2
+        else:   # each client's own noise, 2 sigma clip, in the shares' average
+            self.centre_variance = (2.0 * self.sigma * self.clip) ** 2 * np.sum(share ** 2)
+        self.point = shared_point(start)
+        return Broadcast(start), SharedComponents(self.point.theta)
 
     def server_step(self, messages, state, t):
-        broadcast, state = self._strategy.server_step(messages, state, t)   # the strategy's own bookkeeping
-        sent = take(self._sent, 0)   # the components every client was sent (its proportions are its own)
-        # Shares from sizes capped at the median one: the noise every client's update drowns in grows with the
-        # largest share, so no one client's size (a claim like any, and a large client's a fact) may set it.
-        sizes = np.minimum(messages.n, np.median(messages.n))
-        share = sizes / sizes.sum()
-        update = clip_rows(self._update(messages, sent), self.clip)
-        noise = self.sigma * self.clip * share.max()
-        mean = share @ update + noise * self.random_state.standard_normal(update.shape[1])
-        weights, theta, log_scale = self._apply(mean, sent)
+        share = capped_shares(messages.n)
+        update = encode(self.family, self.d, messages, self.point)
+        if self.noise == "central":
+            noise = self.sigma * self.clip * share.max()
+            mean = share @ clip_rows(update, self.clip) + noise * self.random_state.standard_normal(update.shape[1])
+        elif self.robust:
+            mean = robust_centre(update, share, self.clip)
+        else:
+            mean = share @ update
+        weights, theta, log_scale = decode(self.family, self.d, mean, self.point)
+        scale = scale_of(self.family, self.d, log_scale, self.point)
+        if self.box is not None:
+            theta, scale = in_the_box(self.family, theta, scale, *self.box)
+            log_scale = self.family.log_scale(scale, self.d)
         self.released.append((weights, theta, log_scale))
-        scale = self._scale(log_scale, sent)
+        self.point = MixtureParams(weights, theta, scale)
         K = messages.n.size
-        params = broadcast.params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
-                                           scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
-        return broadcast._replace(params=params), state._replace(center=theta)
-
-    def _update(self, messages, sent):
-        """(K, m): every client's update from the public point ``sent`` as one vector: its proportions less
-        ``1 / R``, its means' displacement in the sent components' own units (:meth:`~fedmm.families.
-        GaussianFamily.whiten`), its log-variances' (:meth:`~fedmm.families.Family.log_scale`). In these
-        units every coordinate estimated from ``N`` samples has sd about ``1 / sqrt(N)``, so one ``clip``
-        suits them all."""
-        K, R = messages.weights.shape
-        parts = [messages.weights - 1.0 / R,
-                 self.family.whiten(messages.theta - sent.theta, sent.scale).reshape(K, -1)]
-        if self.family.estimates_scale:
-            parts.append((self.family.log_scale(messages.scale, self.d)
-                          - self.family.log_scale(sent.scale, self.d)).reshape(K, -1))
-        return np.concatenate(parts, axis=1)
-
-    def _apply(self, mean, sent):
-        """``(mean proportions, theta, log-variances)``: ``sent`` moved by the released update ``mean``."""
-        R, d = sent.theta.shape[1:]
-        theta = sent.theta[0] + self.family.unwhiten(mean[R:R + R * d].reshape(R, d), sent.scale[0])
-        log_scale = self.family.log_scale(sent.scale[0], self.d)
-        if self.family.estimates_scale:
-            log_scale = log_scale + mean[R + R * d:].reshape(log_scale.shape)
-        return 1.0 / R + mean[:R], theta, log_scale
-
-    def _scale(self, log_scale, sent):
-        return self.family.exp_scale(log_scale, self.d) if self.family.estimates_scale else sent.scale[0]
+        # Each client's proportions go back to it alone (its own, which the clients' side keeps).
+        params = MixtureParams(messages.weights, np.broadcast_to(theta, (K,) + theta.shape).copy(),
+                               np.broadcast_to(scale, (K,) + scale.shape).copy())
+        return Broadcast(params), SharedComponents(theta)
 
     def averaged(self, rounds):
-        """``(mean proportions, theta, scale)``: the mean of the last ``rounds`` releases (Polyak-Ruppert
+        """The mean of the last ``rounds`` releases as a point (mean proportions, theta, scale) (Polyak-Ruppert
         averaging: once the rounds hover about the fixed point, their mean has ``rounds`` times less noise
         variance), variances averaged as log-variances."""
         weights, theta, log_scale = (np.mean(part, axis=0) for part in zip(*self.released[-rounds:]))
-        return weights, theta, self._scale(log_scale, take(self._sent, 0))
+        return MixtureParams(weights, theta, scale_of(self.family, self.d, log_scale, self.point))
 
 
 class PrivateClients:
-    """A transport of clients (:mod:`fedmm.clients`) that releases nothing but the private rounds.
+    """The clients' side of a private fit: a transport of clients (:mod:`fedmm.clients`) that releases nothing
+    but the private rounds.
 
-    Rounds go through (the server's :class:`PrivateAverage` adds the noise), with the clients' log-likelihoods
-    withheld (zeros: the server never reads them). Every other query a fit could make reads the clients' rows
+    Each client keeps what it estimated itself (its proportions, and under FedGrEM its components, from which
+    it takes its own part of the release, :func:`personal_components`). Under local noise it clips its
+    update from the components it was sent and adds its own Gaussian noise, ``2 sigma clip`` (its update may
+    be any point of the ball), before it replies. Log-likelihoods and sufficient statistics are withheld
+    (zeros and none: the server never reads them). Every other query a fit could make reads the clients' rows
     outside the rounds the noise was calibrated for, so it fails with what to change instead.
     """
 
     def __init__(self, clients, average):
         self._clients, self._average = clients, average
+        self.own = None
 
     n_clients = property(lambda self: self._clients.n_clients)
     n_samples = property(lambda self: self._clients.n_samples)
@@ -315,12 +448,29 @@ class PrivateClients:
 
     def start(self, strategy, params):
         self._clients.start(strategy, params)
-        self._average._sent = params
+        self.own = params
 
     def step(self, strategy, broadcast, heard=None):
-        messages, replied = self._clients.step(strategy, broadcast, heard)
-        self._average._sent = broadcast.params
-        return messages._replace(loglik=np.zeros_like(messages.loglik)), replied
+        average, family, own = self._average, self.family, self.own
+        point = shared_point(broadcast.params)
+        sent = broadcast.params._replace(weights=own.weights)
+        if average.robust:
+            sent = sent._replace(theta=self.personal(point, average.centre_variance))
+        messages, replied = self._clients.step(strategy, broadcast._replace(params=sent), heard)
+        self.own = put(own, replied, MixtureParams(messages.weights, messages.theta, messages.scale))
+        if average.noise == "local":
+            update = clip_rows(encode(family, average.d, messages, point), average.clip)
+            noise = 2.0 * average.sigma * average.clip
+            update = update + noise * average.random_state.standard_normal(update.shape)
+            weights, theta, log_scale = decode(family, average.d, update, point)
+            messages = messages._replace(weights=weights, theta=theta,
+                                         scale=scale_of(family, average.d, log_scale, point))
+        return messages._replace(loglik=np.zeros_like(messages.loglik), stats=None), replied
+
+    def personal(self, point, centre_variance):
+        """(K, R, p): every client's own components about the release ``point`` (:func:`personal_components`)."""
+        N = self.n_samples[:, None] * self.own.weights
+        return personal_components(self.family, self.own.theta, point, N, centre_variance)
 
     def loglik(self, params):
         return np.zeros(self.n_clients)

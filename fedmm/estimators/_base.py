@@ -21,6 +21,7 @@ from ..families import MixtureParams
 from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
+from ..privacy import METHODS as PRIVATE_METHODS
 from ..privacy import (PrivateAverage, PrivateClients, centre_start, epsilon_spent, noise_multiplier,
                        split_component, stage_rounds)
 from ..robust import client_median
@@ -180,20 +181,28 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _fit_private(self, strategy, family, clients, client_ids, privacy, rng):
         """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
         ``privacy.rounds`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
-        if strategy.name != "fedem" or getattr(family, "covariance_type", None) == "tied":
-            raise ValueError("privacy= runs method='fedem' with covariance_type 'diag', 'spherical', 'full' or "
-                             f"'identity' for now; got method={strategy.name!r}"
+        if strategy.name not in PRIVATE_METHODS or getattr(family, "covariance_type", None) == "tied":
+            raise ValueError("privacy= runs method='fedem' or 'fedgrem' with covariance_type 'diag', 'spherical', "
+                             f"'full' or 'identity' for now; got method={strategy.name!r}"
                              + (", covariance_type='tied'." if family.covariance_type == "tied" else "."))
+        server_options = set(strategy.get_params()) - {"C_eta", "eta_rule", "participation", "dropout"}
+        changed = sorted(k for k in server_options
+                         if repr(strategy.get_params()[k]) != repr(type(strategy)().get_params()[k]))
+        if changed:
+            raise ValueError(f"Under privacy the server's options {changed} of method={strategy.name!r} do not "
+                             "apply (its centre is the clipped updates' and its penalty the clip: docs/privacy.md); "
+                             "leave them at their defaults.")
         if self.n_init != 1 or self.init != "auto" or self.warm_start or privacy.rounds < self.n_components:
             raise ValueError("A private fit runs once from a public start (one component split into more, or "
                              "means_init), a stage of rounds per component: use n_init=1, init='auto', "
                              "warm_start=False and DifferentialPrivacy(rounds=...) >= n_components.")
         d, K, R = self.n_features_in_, clients.n_clients, self.n_components
         sigma = noise_multiplier(privacy.epsilon, privacy.delta, privacy.rounds)
-        average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng)
-        private = PrivateClients(clients, average)
         moments = privacy.moments(d)
         units = family.units(moments)
+        box = np.sort(family.to_internal(np.stack(privacy.box(d)), units), axis=0)   # the bounds in the fit's units
+        average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng, privacy.noise, box)
+        private = PrivateClients(clients, average)
         private.set_units(units)
         user = self._user_start(family, units, K, d)
         centre = family.to_internal(moments.mean[None], units)[0]   # 0 unless the model fixes the units
@@ -212,28 +221,34 @@ class _FederatedMixture(BaseEstimator, ABC):
         passes = []
         for i, rounds in enumerate(stages):
             if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
-                weights, theta, scale = average.averaged(max(stages[i - 1] // 2, 1))
-                stage = passes[-1].params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
-                                                   scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
-                start = split_component(family, stage, weights, d, rng)
+                point = average.averaged(max(stages[i - 1] // 2, 1))
+                stage = MixtureParams(private.own.weights, np.broadcast_to(point.theta, (K,) + point.theta.shape).copy(),
+                                      np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
+                start = split_component(family, stage, point.weights, d, rng)
             # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
             passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=Progress(self.verbose),
                                      participation=participation))
         # The model: the mean of the last stage's rounds after its first quarter (EM settles within it), which
-        # hover about its fixed point.
-        _, theta, scale = average.averaged(max(stages[-1] * 3 // 4, 1))
-        params = passes[-1].params._replace(theta=np.broadcast_to(theta, (K,) + theta.shape).copy(),
-                                            scale=np.broadcast_to(scale, (K,) + scale.shape).copy())
+        # hover about its fixed point; each client's proportions (and under FedGrEM its components) its own.
+        averaged = max(stages[-1] * 3 // 4, 1)
+        point = average.averaged(averaged)
+        theta = np.broadcast_to(point.theta, (K,) + point.theta.shape).copy()
+        if average.robust:
+            theta = private.personal(point, average.centre_variance / averaged)
+        params = MixtureParams(private.own.weights, theta,
+                               np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
         result = passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),
-                                     diagnostics=passes[-1].diagnostics._replace(center=theta))
+                                     diagnostics=passes[-1].diagnostics._replace(center=point.theta))
         self.penalty_selection_ = None
         self.noise_multiplier_ = sigma
         self.privacy_spent_ = (float(epsilon_spent(sigma, average.releases, privacy.delta)), float(privacy.delta))
-        return self._set_fitted(strategy, family, clients, client_ids, result, None, units, np.nan)
+        return self._set_fitted(strategy, family, clients, client_ids, result, None, units, np.nan, server=average)
 
-    def _set_fitted(self, strategy, family, clients, client_ids, result, alignment, units, jacobian):
+    def _set_fitted(self, strategy, family, clients, client_ids, result, alignment, units, jacobian, server=None):
         """The fitted attributes of ``result`` (standard units) in the data's units; ``jacobian`` NaN for a
-        private fit, whose log-likelihoods were not released."""
+        private fit, whose log-likelihoods were not released, and whose ``server`` (the server's side that ran,
+        :class:`fedmm.privacy.PrivateAverage`) gives the centre and what else the server fitted."""
+        server = strategy if server is None else server
         params = family.to_original(result.params, units)
         self._family = family
         self.method_ = strategy
@@ -248,8 +263,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.communication_ = clients.ledger.summary()
         self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
         self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
-        self._set_centers(family, params, strategy.groups(result.diagnostics), units)
-        for name, value in strategy.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
+        self._set_centers(family, params, server.groups(result.diagnostics), units)
+        for name, value in server.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
         self._publish(params)
         self.singular_components_ = check_component_sizes(

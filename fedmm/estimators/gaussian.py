@@ -36,7 +36,8 @@ class FederatedGaussianMixture(_FederatedMixture):
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
         Initial means; when given, they are the only start (assumed aligned).
     privacy : fedmm.privacy.DifferentialPrivacy, optional
-        Client-level differential privacy for the fit (``method="fedem"``; ``docs/privacy.md``): the fit
+        Client-level differential privacy for the fit (``method="fedem"`` or ``"fedgrem"``, noise on the
+        aggregate or on each client's message; ``docs/privacy.md``): the fit
         then runs exactly ``privacy.rounds`` rounds from a public start (or ``means_init``), and
         ``privacy_spent_`` says what they spent.
 
