@@ -327,22 +327,37 @@ def robust_centre(updates, share, clip):
     return central_update(updates[:, None, :], np.ones(len(share)), clip, weights=share).center[0]
 
 
-def personal_components(family, theta, point, N, centre_variance):
+def personal_components(family, theta, point, N, centre_variance, n_clients):
     """Each client's own components under FedGrEM (its central problem's ``Delta_k`` step, eq. (6)): the
     released ``point`` plus the client's own displacement ``theta - point`` (K, R, p), in whitened units,
     soft-thresholded at ``lambda_kr = sqrt(q (1 / N_kr + v))``.
 
     ``N_kr`` is the client's own count of the component's samples and ``v`` the release's noise variance per
     whitened coordinate (:attr:`PrivateAverage.centre_variance`): a client on the consensus is displaced by
-    about ``N(0, (1 / N_kr + v) I_p)``, and ``q`` is the ``1 - 0.05 / (K R)`` quantile of chi-square with
+    about ``N(0, (1 / N_kr + v) I_p)``, and ``q`` is the ``1 - 0.05 / (K R)`` quantile (``K`` the federation's
+    ``n_clients``, whatever rows ``theta`` has) of chi-square with
     ``p`` degrees of freedom, so that with probability 0.95 every such client takes the consensus exactly,
     while a client farther than the noise keeps the part of its own estimate beyond it. Computed by each
     client from its own estimate and the release: nothing more is released."""
-    K, R, p = theta.shape
-    q = stats.chi2.ppf(1.0 - PERSONAL_LEVEL / (K * R), p)
+    R, p = theta.shape[1:]
+    q = stats.chi2.ppf(1.0 - PERSONAL_LEVEL / (n_clients * R), p)
     lam = np.sqrt(q * (1.0 / np.maximum(N, 1.0) + centre_variance))
     z = family.whiten(theta - point.theta, point.scale)
     return point.theta + family.unwhiten(_soft_threshold(z, lam), point.scale)
+
+
+def sent_params(family, point, own, n, centre_variance=None, n_clients=None):
+    """The parameters the private round of clients ``own`` (K rows) starts from: each one's own proportions
+    ``own.weights``, the release ``point``'s variances, and its components: the release's, or under FedGrEM
+    (``centre_variance`` given) its own about them, from its own last estimate ``own.theta`` and sizes ``n``
+    (:func:`personal_components`; ``n_clients`` the federation's, K by default)."""
+    K = len(own.weights)
+    if centre_variance is None:
+        theta = np.broadcast_to(point.theta, (K,) + point.theta.shape).copy()
+    else:
+        theta = personal_components(family, own.theta, point, n[:, None] * own.weights, centre_variance,
+                                    K if n_clients is None else n_clients)
+    return MixtureParams(own.weights, theta, np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
 
 
 class PrivateAverage:
@@ -451,13 +466,11 @@ class PrivateClients:
         self.own = params
 
     def step(self, strategy, broadcast, heard=None):
-        average, family, own = self._average, self.family, self.own
+        average, family = self._average, self.family
         point = shared_point(broadcast.params)
-        sent = broadcast.params._replace(weights=own.weights)
-        if average.robust:
-            sent = sent._replace(theta=self.personal(point, average.centre_variance))
+        sent = sent_params(family, point, self.own, self.n_samples, average.centre_variance if average.robust else None)
         messages, replied = self._clients.step(strategy, broadcast._replace(params=sent), heard)
-        self.own = put(own, replied, MixtureParams(messages.weights, messages.theta, messages.scale))
+        self.own = put(self.own, replied, MixtureParams(messages.weights, messages.theta, messages.scale))
         if average.noise == "local":
             update = clip_rows(encode(family, average.d, messages, point), average.clip)
             noise = 2.0 * average.sigma * average.clip
@@ -467,10 +480,16 @@ class PrivateClients:
                                          scale=scale_of(family, average.d, log_scale, point))
         return messages._replace(loglik=np.zeros_like(messages.loglik), stats=None), replied
 
-    def personal(self, point, centre_variance):
-        """(K, R, p): every client's own components about the release ``point`` (:func:`personal_components`)."""
-        N = self.n_samples[:, None] * self.own.weights
-        return personal_components(self.family, self.own.theta, point, N, centre_variance)
+    @property
+    def stage_weights(self):
+        """(K, R): the proportions a new stage of the splitting schedule starts each client from: its own."""
+        return self.own.weights
+
+    def final(self, point, centre_variance):
+        """The fitted parameters of every client about the final release ``point``: its own proportions and,
+        under FedGrEM, its own components (:func:`sent_params`)."""
+        return sent_params(self.family, point, self.own, self.n_samples,
+                           centre_variance if self._average.robust else None)
 
     def loglik(self, params):
         return np.zeros(self.n_clients)

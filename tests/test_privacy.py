@@ -287,7 +287,7 @@ def test_a_client_keeps_its_own_components_only_beyond_the_noise():
     theta = np.zeros((2, 2, 2))
     theta[1, 0] = [20.0, 0.0]            # whitened: 10 along the first axis
     N = np.full((2, 2), 25.0)
-    own = personal_components(family, theta, point, N, centre_variance=0.01)
+    own = personal_components(family, theta, point, N, centre_variance=0.01, n_clients=2)
     lam = np.sqrt(-2 * np.log(0.05 / 4) * (1 / 25 + 0.01))
     np.testing.assert_allclose(own[0], 0.0)
     np.testing.assert_allclose(own[1, 1], 0.0)

@@ -202,7 +202,8 @@ class _FederatedMixture(BaseEstimator, ABC):
         units = family.units(moments)
         box = np.sort(family.to_internal(np.stack(privacy.box(d)), units), axis=0)   # the bounds in the fit's units
         average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng, privacy.noise, box)
-        private = PrivateClients(clients, average)
+        # Clients across parties give their own private transport (on Flower: secure aggregation).
+        private = getattr(clients, "private", lambda average: PrivateClients(clients, average))(average)
         private.set_units(units)
         user = self._user_start(family, units, K, d)
         centre = family.to_internal(moments.mean[None], units)[0]   # 0 unless the model fixes the units
@@ -222,7 +223,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         for i, rounds in enumerate(stages):
             if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
                 point = average.averaged(max(stages[i - 1] // 2, 1))
-                stage = MixtureParams(private.own.weights, np.broadcast_to(point.theta, (K,) + point.theta.shape).copy(),
+                stage = MixtureParams(private.stage_weights, np.broadcast_to(point.theta, (K,) + point.theta.shape).copy(),
                                       np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
                 start = split_component(family, stage, point.weights, d, rng)
             # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
@@ -232,11 +233,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         # hover about its fixed point; each client's proportions (and under FedGrEM its components) its own.
         averaged = max(stages[-1] * 3 // 4, 1)
         point = average.averaged(averaged)
-        theta = np.broadcast_to(point.theta, (K,) + point.theta.shape).copy()
-        if average.robust:
-            theta = private.personal(point, average.centre_variance / averaged)
-        params = MixtureParams(private.own.weights, theta,
-                               np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
+        params = private.final(point, average.centre_variance / averaged)
         result = passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),
                                      diagnostics=passes[-1].diagnostics._replace(center=point.theta))
         self.penalty_selection_ = None
