@@ -57,9 +57,9 @@ from .families import MixtureParams
 from .protocol import Broadcast, put
 from .units import Moments
 
-__all__ = ["DifferentialPrivacy", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
+__all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
            "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
-           "personal_components"]
+           "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
 #: own message (an untrusted server).
@@ -311,11 +311,23 @@ def scale_of(family, n_features, log_scale, point):
     return np.broadcast_to(point.scale, log_scale.shape[:-1] + point.scale.shape[-1:]).copy()
 
 
+def released_proportions(weights):
+    """The released mean proportions (noisy: some may be at or below 0) as proportions: floored at 1e-3 and
+    summing to 1. A new stage of the splitting schedule starts every client from them (a client's own come back
+    with its first E-step), and across parties they are what the server has of every client's."""
+    weights = np.maximum(weights, 1e-3)
+    return weights / weights.sum()
+
+
+def capped_sizes(n):
+    """The clients' sizes capped at the median one: the noise every client's update drowns in grows with the
+    largest share, so no one client's size (a claim like any, and a large client's a fact) may set it."""
+    return np.minimum(n, np.median(n))
+
+
 def capped_shares(n):
-    """Each client's share ``n_k / n`` of the sizes capped at the median one: the noise every client's update
-    drowns in grows with the largest share, so no one client's size (a claim like any, and a large client's a
-    fact) may set it."""
-    sizes = np.minimum(n, np.median(n))
+    """Each client's share ``n_k / n`` of the :func:`capped_sizes`."""
+    sizes = capped_sizes(n)
     return sizes / sizes.sum()
 
 
@@ -431,21 +443,12 @@ class PrivateAverage:
         return MixtureParams(weights, theta, scale_of(self.family, self.d, log_scale, self.point))
 
 
-class PrivateClients:
-    """The clients' side of a private fit: a transport of clients (:mod:`fedmm.clients`) that releases nothing
-    but the private rounds.
-
-    Each client keeps what it estimated itself (its proportions, and under FedGrEM its components, from which
-    it takes its own part of the release, :func:`personal_components`). Under local noise it clips its
-    update from the components it was sent and adds its own Gaussian noise, ``2 sigma clip`` (its update may
-    be any point of the ball), before it replies. Log-likelihoods and sufficient statistics are withheld
-    (zeros and none: the server never reads them). Every other query a fit could make reads the clients' rows
-    outside the rounds the noise was calibrated for, so it fails with what to change instead.
-    """
+class PrivateTransport:
+    """What every private fit's transport of clients shares: their sizes, ledger and family through, the public
+    divergence unit, no data scale asked at the units, no log-likelihood."""
 
     def __init__(self, clients, average):
         self._clients, self._average = clients, average
-        self.own = None
 
     n_clients = property(lambda self: self._clients.n_clients)
     n_samples = property(lambda self: self._clients.n_samples)
@@ -460,6 +463,26 @@ class PrivateClients:
 
     def set_units(self, units):
         self._clients.set_units(units, scale_reply=False)
+
+    def loglik(self, params):
+        return np.zeros(self.n_clients)
+
+
+class PrivateClients(PrivateTransport):
+    """The clients' side of a private fit in one process: a transport of clients (:mod:`fedmm.clients`) that
+    releases nothing but the private rounds.
+
+    Each client keeps what it estimated itself (its proportions, and under FedGrEM its components, from which
+    it takes its own part of the release, :func:`personal_components`). Under local noise it clips its
+    update from the components it was sent and adds its own Gaussian noise, ``2 sigma clip`` (its update may
+    be any point of the ball), before it replies. Log-likelihoods and sufficient statistics are withheld
+    (zeros and none: the server never reads them). Every other query a fit could make reads the clients' rows
+    outside the rounds the noise was calibrated for, so it fails with what to change instead.
+    """
+
+    def __init__(self, clients, average):
+        super().__init__(clients, average)
+        self.own = None
 
     def start(self, strategy, params):
         self._clients.start(strategy, params)
@@ -480,19 +503,11 @@ class PrivateClients:
                                          scale=scale_of(family, average.d, log_scale, point))
         return messages._replace(loglik=np.zeros_like(messages.loglik), stats=None), replied
 
-    @property
-    def stage_weights(self):
-        """(K, R): the proportions a new stage of the splitting schedule starts each client from: its own."""
-        return self.own.weights
-
     def final(self, point, centre_variance):
         """The fitted parameters of every client about the final release ``point``: its own proportions and,
         under FedGrEM, its own components (:func:`sent_params`)."""
         return sent_params(self.family, point, self.own, self.n_samples,
                            centre_variance if self._average.robust else None)
-
-    def loglik(self, params):
-        return np.zeros(self.n_clients)
 
     def __getattr__(self, name):
         raise ValueError(f"A private fit does not ask its clients for {name!r}: it would read their rows outside "

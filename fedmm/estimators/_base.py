@@ -23,7 +23,7 @@ from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
 from ..privacy import METHODS as PRIVATE_METHODS
 from ..privacy import (PrivateAverage, PrivateClients, centre_start, epsilon_spent, noise_multiplier,
-                       split_component, stage_rounds)
+                       released_proportions, split_component, stage_rounds)
 from ..robust import client_median
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
@@ -220,11 +220,12 @@ class _FederatedMixture(BaseEstimator, ABC):
                                   np.repeat(start.scale, R, axis=1))
             stages = [privacy.rounds]
         passes = []
+        every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731  (one row per client)
         for i, rounds in enumerate(stages):
             if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
                 point = average.averaged(max(stages[i - 1] // 2, 1))
-                stage = MixtureParams(private.stage_weights, np.broadcast_to(point.theta, (K,) + point.theta.shape).copy(),
-                                      np.broadcast_to(point.scale, (K,) + point.scale.shape).copy())
+                stage = MixtureParams(every(released_proportions(point.weights)), every(point.theta),
+                                      every(point.scale))
                 start = split_component(family, stage, point.weights, d, rng)
             # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
             passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=Progress(self.verbose),

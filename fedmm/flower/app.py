@@ -22,6 +22,8 @@ run config key     meaning                                                   def
 ``timeout``        seconds to wait for one query's replies (0: no limit)     0
 ``min-clients``    the fewest clients a round may hear                       1
 ``progress``       print a line per query (what it asked, who replied)       ``false``
+``privacy``        :class:`fedmm.privacy.DifferentialPrivacy`'s arguments,   ``""`` (none)
+                   as a JSON object (central noise: rounds under SecAgg+)
 ``out``            where to save the fitted estimator (joblib)               required
 =================  ========================================================  ============
 """
@@ -34,6 +36,7 @@ import joblib
 from flwr.serverapp import ServerApp
 
 from ..methods import METHODS
+from ..privacy import DifferentialPrivacy
 from .client import ESTIMATORS, client_app
 from .server import fit
 
@@ -76,6 +79,7 @@ settings = "{}"
 timeout = 0
 min-clients = 1
 progress = false
+privacy = ""
 """
 
 MODELS = {"gmm": "FederatedGaussianMixture", "mor": "FederatedMixtureRegression"}
@@ -89,9 +93,11 @@ def estimator_from_config(run_config):
     cls = ESTIMATORS[MODELS[str(run_config.get("model", "gmm"))]]
     options = json.loads(str(run_config.get("method-options", "{}")))
     method = METHODS[str(run_config.get("method", "fedgrem"))](**options)
+    privacy = str(run_config.get("privacy", ""))
+    privacy = DifferentialPrivacy(**json.loads(privacy)) if privacy else None
     return cls(int(run_config.get("n-components", 5)), method=method,
                init=str(run_config.get("init", "auto")), random_state=int(run_config.get("random-state", 0)),
-               **json.loads(str(run_config.get("settings", "{}"))))
+               **({} if privacy is None else {"privacy": privacy}), **json.loads(str(run_config.get("settings", "{}"))))
 
 
 @server.main()

@@ -26,6 +26,11 @@ action          the server sends                                       the clien
                                                                        in that fold
 ==============  =====================================================  ==============================
 
+A private fit (:mod:`fedmm.privacy`, central noise) asks for its rounds with Flower's message type ``train``
+instead, through Flower's SecAgg+ (:mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``;
+the client replies with its clipped update and its capped size, which SecAgg+'s mod masks before they leave.
+In such a fit ``hello`` gets the client's size and number of features only, and ``units`` nothing.
+
 A query with ``train_fold`` in its settings is answered from the client's rows outside that fold
 (cross-validation of ``penalty="auto"``, :func:`fedmm.algorithms.tuning.select_penalty`): the server fits on
 those as on a federation of its own.
@@ -39,8 +44,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import flwr.compat.common.recorddict_compat as compat
 from flwr.app import ConfigRecord, Message
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
 from .. import estimators
 from ..algorithms.pooled import TrimmedPooledEM
@@ -48,6 +56,8 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
+from ..privacy import clip_rows, sent_params
+from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
 from ..units import Units, client_sums
@@ -108,7 +118,9 @@ def client_app(load=None, methods=()):
     load = load or load_from_config
     # The strategies a fit asks clients to run: the methods, and the rounds of the trimmed pooled start.
     known = {**METHODS, TrimmedPooledEM.name: TrimmedPooledEM, **{cls.name: cls for cls in methods}}
-    app = ClientApp()
+    # Flower's SecAgg+ mod answers the secure aggregation's stages of a private fit's rounds (message type
+    # ``train``) and lets every other message through.
+    app = ClientApp(mods=[secaggplus_mod])
     rows = {}
 
     def read(context, est):
@@ -132,6 +144,7 @@ def client_app(load=None, methods=()):
     handler("hello", _hello(read))
     for action, answer in _ANSWERS.items():
         handler(action, _with_session(read, answer, known))
+    app.train()(_private_round(read, known))
     return app
 
 
@@ -148,7 +161,10 @@ def _hello(read):
         cls = ESTIMATORS[request["estimator"]]
         context.state["fedmm.model"] = ConfigRecord({"estimator": request["estimator"], "params": request["params"]})
         est = cls(**json.loads(request["params"]))
-        return client_sums(read(context, est))
+        data = read(context, est)
+        if request.get("private"):   # a private fit: the sums would be a release
+            return {"n": data.n_samples, "d": np.array([data.X.shape[1]])}
+        return client_sums(data)
     return answer
 
 
@@ -190,6 +206,13 @@ class _Session:
     def save(self, state):
         self.context.state["fedmm.state"] = _record(flatten(state._replace(prior=None)))
 
+    def own(self):
+        """The client's own last estimate in a private fit's stage (:mod:`fedmm.privacy`); its state's start
+        before the stage's first round."""
+        if "fedmm.own" not in self.context.state:
+            return self.state().params
+        return unflatten(MixtureParams, record_arrays(self.context.state["fedmm.own"]))
+
     def strategy(self):
         s = self.context.state["fedmm.strategy"]
         if s["method"] not in self.methods:
@@ -210,6 +233,8 @@ def _with_session(read, answer, methods):
 
 def _units(session, values, request):
     session.context.state["fedmm.units"] = _record(values)
+    if not request.get("scale_reply", True):   # a private fit: the data's scale would be a release
+        return {}
     session = _Session(session.read, session.context, session.methods)
     return {"scale": np.array([data_scale(session.data.X, session.data.y)])}
 
@@ -228,6 +253,8 @@ def _start(session, values, request):
                                                             "options": request["options"]})
     params = unflatten(MixtureParams, values)
     session.save(session.strategy().client_start(params, session.data.n_samples))
+    if "fedmm.own" in session.context.state:   # a private fit's new stage starts from its start
+        del session.context.state["fedmm.own"]
     return {}
 
 
@@ -257,6 +284,29 @@ def _folds(session, values, request):
 
 def _held_out(session, values, request):
     return {"loglik": session.family.estep(session.fold(int(request["fold"])), unflatten(MixtureParams, values))[0]}
+
+
+def _private_round(read, methods):
+    """A private fit's round (:mod:`fedmm.privacy`, central noise), through Flower's SecAgg+ (message type
+    ``train``, :mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``; the client runs its
+    round from its own proportions (and under FedGrEM its own components) about them, keeps its estimate, and
+    replies with its clipped update and its capped size as the weight, which the mod masks before they leave."""
+    def handle(message, context):
+        fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
+        request = fitins.config
+        point = MixtureParams(*parameters_to_ndarrays(fitins.parameters))
+        session = _Session(read, context, methods)
+        family, strategy, state = session.family, session.strategy(), session.state()
+        variance = request.get("centre_variance")
+        sent = sent_params(family, point, session.own(), session.data.n_samples, variance,
+                           int(request["n_clients"]))
+        reply, state = strategy.client_step(family, session.data, state, Broadcast(sent))
+        session.save(state)
+        context.state["fedmm.own"] = _record(flatten(MixtureParams(reply.weights, reply.theta, reply.scale)))
+        update = clip_rows(encode_update(family, point.theta.shape[-1], reply, point), float(request["clip"]))
+        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update[0]]), int(request["weight"]), {})
+        return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+    return handle
 
 
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,

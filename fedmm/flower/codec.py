@@ -12,7 +12,7 @@ names the type, and :mod:`fedmm.flower.server` checks every array before it is u
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten"]
+__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "payload", "all_bytes"]
 
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"
@@ -83,3 +83,22 @@ def _from_array(array):
 def config(content):
     """The scalars of a ``RecordDict`` made by :func:`encode`."""
     return dict(content["config"])
+
+
+def payload(content):
+    """The bytes of a fedmm message's arrays as they travel (0 for a record without arrays)."""
+    try:
+        return sum(len(array.data) for array in content["arrays"].values())
+    except Exception:  # anything a client could put in a record
+        return 0
+
+
+def all_bytes(content):
+    """The bytes of every array and every bytes value (alone or in a list) of a message's records: what Flower's
+    SecAgg+ stages carry (masked vectors and keys travel as bytes in config records)."""
+    total = sum(len(array.data) for record in content.array_records.values() for array in record.values())
+    for record in content.config_records.values():
+        for value in record.values():
+            values = value if isinstance(value, list) else [value]
+            total += sum(len(v) for v in values if isinstance(v, bytes))
+    return total

@@ -7,6 +7,7 @@ on Ray) and reads the fitted estimator back. Then it fits the same estimator in 
 prints both errors per client and their largest difference: the same numbers, to the last bits.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ address = ":local:"
 
 
 def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=None,
-                model="gmm", processes=False, tls=False):
+                model="gmm", processes=False, tls=False, privacy=None):
     """Run the demo (see the module docstring) on the paper's ``model`` design (``"gmm"`` or ``"mor"``,
     App. B.1); returns ``(flower_model, in_process_model, truth)``.
 
@@ -42,7 +43,8 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
     and a SuperNode per client, :class:`fedmm.flower.processes.LocalDeployment`; over HTTPS under a
     certificate authority made for the run with ``tls``), and the server prints a line per query. Clients
     number 5 or more: the last is an outlier (fewer, and one client would be a third of them or more).
-    ``timeout`` (seconds) defaults to 600, 3600 with ``processes``.
+    ``timeout`` (seconds) defaults to 600, 3600 with ``processes``. ``privacy``: the arguments of a
+    :class:`fedmm.privacy.DifferentialPrivacy` (a dict) for a private fit, its rounds under SecAgg+.
     """
     work = Path(workdir or tempfile.mkdtemp(prefix="fedmm-flower-"))
     (work / "data").mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,8 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
     for path, rows in zip(paths, zip(*data)):
         np.savez(path, **dict(zip(("X", "y"), rows)))
     out = work / "model.joblib"
-    run_config = {"model": model, "method": method, "init": "auto", "random-state": random_state}
+    run_config = {"model": model, "method": method, "init": "auto", "random-state": random_state,
+                  **({"privacy": json.dumps(privacy)} if privacy else {})}
     where = "separate processes" + (" over TLS" if tls else "") if processes else "simulated clients"
     print(f"fedmm flower-demo: {n_clients} clients ({where}, {len(outliers)} an outlier), {model}, {method}, "
           f"in {work}", flush=True)
@@ -98,7 +101,8 @@ def _simulate(work, out, run_config, n_clients, timeout):
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "FLWR_HOME": str(work / "home"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     overrides = " ".join([f"out='{out}'", f"data-dir='{work / 'data'}'", f"method='{run_config['method']}'",
-                          f"model='{run_config['model']}'", f"random-state={run_config['random-state']}"])
+                          f"model='{run_config['model']}'", f"random-state={run_config['random-state']}"]
+                         + ([f"privacy='{run_config['privacy']}'"] if "privacy" in run_config else []))
     command = [str(bin_dir / "flwr"), "run", str(work / "app"), "local-simulation", "--stream",
                "--run-config", overrides, "--federation-config", f"num-supernodes={n_clients}"]
     try:

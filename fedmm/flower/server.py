@@ -34,7 +34,7 @@ from ..methods import make_method
 from ..protocol import ClientMessage, Ledger, stack, take
 from ..robust import fold_sizes, trusted_sizes
 from ..units import FAR, far_from_others, moments_from_sums
-from .codec import arrays, config, encode, flatten, unflatten
+from .codec import arrays, config, encode, flatten, payload, unflatten
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
 
@@ -85,10 +85,13 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     if not strategy.client_server or strategy.per_client:
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
-    if getattr(estimator, "privacy", None) is not None:
-        raise ValueError("privacy= runs in one process for now: across parties the noise belongs to an aggregator "
-                         "that sees only the clients' sum (secure aggregation), which fedmm's Flower server does not "
-                         "run yet (docs/privacy.md).")
+    privacy = getattr(estimator, "privacy", None)
+    if privacy is not None and privacy.noise != "central":
+        raise ValueError("Across parties privacy= runs with noise='central', its rounds under secure aggregation "
+                         "(docs/privacy.md); noise='local' runs in one process for now.")
+    if privacy is not None and (getattr(strategy, "participation", 1.0) < 1.0 or getattr(strategy, "dropout", 0.0) > 0):
+        raise ValueError("A private fit under secure aggregation hears every client in every round (its noise is "
+                         "calibrated for all their shares): use participation=1 and dropout=0.")
     if not strategy.robust:
         warnings.warn(f"method={estimator.method!r} makes no promise against malicious parties: one party's "
                       "well-formed replies can move the shared estimate (docs/threat-model.md). For federations "
@@ -159,11 +162,22 @@ class FlowerClients:
     # --- queries ---------------------------------------------------------------------
 
     def hello(self):
-        """Every client reads its data and sends its size and sums; the server builds the family."""
+        """Every client reads its data and sends its size and sums; the server builds the family. For a private
+        fit a client sends its size and its number of features only (its sums would be a release)."""
         est = self.estimator
         settings = json.dumps(est.family_params())
         needs_y = est.needs_y
-        raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings)
+        private = getattr(est, "privacy", None) is not None
+        raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings,
+                         private=private)
+        if private:
+            # Sizes alone repeat between honest clients: no copy check (it needs replies computed from the rows).
+            replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, {"n": (1,), "d": (1,)})
+                                  or _size_ok(v["n"][0]) or _size_ok(v["d"][0]), required=True, own_data=False)
+            self.n_samples = np.array([int(replies[k]["n"][0]) for k in range(self.n_clients)])
+            self.n_features = int(np.bincount([int(replies[k]["d"][0]) for k in replies]).argmax())
+            self.family = est.make_family(int(trusted_sizes(self.n_samples).sum()))
+            return
         widths = [v["sum_x"].shape[0] for v in raw.values() if isinstance(v, dict) and "sum_x" in v
                   and np.ndim(v["sum_x"]) == 1]
         if not widths:
@@ -186,8 +200,12 @@ class FlowerClients:
     def moments(self):
         return self._moments
 
-    def set_units(self, units):
+    def set_units(self, units, scale_reply=True):
         values = flatten(units._replace(y_shift=np.array([units.y_shift]), y_scale=np.array([units.y_scale])))
+        if not scale_reply:   # a private fit: the data's scale would be a release
+            self._ask("units", [values] * self.n_clients, lambda k, v: _arrays_ok(v, {}), required=True,
+                      scale_reply=False)
+            return
         replies = self._ask("units", [values] * self.n_clients,
                             lambda k, v: _arrays_ok(v, {"scale": (1,)}), required=True)
         # The divergence check's unit is a claim too: the median client's, so that no one party can switch the
@@ -235,6 +253,11 @@ class FlowerClients:
                                "see the log (fedmm.flower) for the rejected and missing replies.")
         messages = stack([unflatten(ClientMessage, replies[k], nested={"stats": self._stats_type}) for k in replied])
         return messages._replace(n=self.n_samples[replied]), replied
+
+    def private(self, average):
+        """The transport of a private fit's rounds: secure aggregation (:class:`fedmm.flower.secure.SecureRounds`)."""
+        from .secure import SecureRounds
+        return SecureRounds(self, average)
 
     def loglik(self, params):
         replies = self._ask("loglik", [flatten(take(params, k)) for k in range(self.n_clients)],
@@ -363,7 +386,7 @@ class FlowerClients:
                 continue
             answered.add(node)
             k = position[node]
-            up[k] = 0 if reply.has_error() else _payload(reply.content)
+            up[k] = 0 if reply.has_error() else payload(reply.content)
             if reply.has_error():
                 raw[k] = f"the client raised an error: {reply.error.reason}"
                 continue
@@ -375,19 +398,20 @@ class FlowerClients:
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
             self.names[k] = config(reply.content).get("client-id")
         method = settings.get("method", self._method if action == "step" else "")
-        down = [_payload(m.content) for m in messages]
+        down = [payload(m.content) for m in messages]
         self.ledger.record(action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
                            method=method)
         log.info("fedmm.flower: query %s%s: %d of %d clients replied, %d bytes down, %d up", tag,
                  f" ({method})" if method else "", len(up), len(index), sum(down), sum(up.values()))
         return raw
 
-    def _check(self, raw, action, check, required):
+    def _check(self, raw, action, check, required, own_data=None):
         good, failed, seen = {}, [], {}
+        own_data = action in _OWN_DATA if own_data is None else own_data
         for k in sorted(raw):
             values = raw[k]
             reason = values if isinstance(values, str) else check(k, values)
-            if not reason and action in _OWN_DATA:
+            if not reason and own_data:
                 # A reply computed from a client's own data that repeats another node's bit for bit is a copy (a
                 # Sybil's, or the same data loaded twice): it counts once, the first node's.
                 key = tuple((name, values[name].tobytes()) for name in sorted(values))
@@ -417,14 +441,6 @@ class Gone(str):
 
 #: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.
 _OWN_DATA = ("hello", "step")
-
-
-def _payload(content):
-    """The bytes of a message's arrays as they travel (0 for a record without arrays)."""
-    try:
-        return sum(len(array.data) for array in content["arrays"].values())
-    except Exception:  # anything a client could put in a record
-        return 0
 
 
 def _arrays_ok(values, shapes):

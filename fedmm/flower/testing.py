@@ -7,6 +7,7 @@ its replies (``silent``), to see a server go on without it, or be gone (``gone``
 answers for it, as Flower's does for a node that stopped sending heartbeats.
 """
 
+import copy
 import itertools
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -52,7 +53,9 @@ class LocalGrid:
                 replies.append(reply)
                 continue
             try:
-                reply = self.apps[node](message, self.contexts[node])
+                # Each node gets its own copy, as over the network: a ClientApp may change what it receives
+                # (SecAgg+'s mod pops its stage from the configs), and a server may send one record to many.
+                reply = self.apps[node](copy.deepcopy(message), self.contexts[node])
             except Exception as error:  # what the ClientApp raised goes back as an error reply, as in Flower
                 reply = Message(Error(code=0, reason=f"{type(error).__name__}: {error}"), reply_to=message)
             if node not in self.silent:

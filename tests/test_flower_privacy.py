@@ -1,0 +1,110 @@
+"""A private fit across parties (fedmm.flower.secure): its rounds under Flower's SecAgg+, the in-process fit's."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("dp_accounting")
+
+from fedmm import FederatedGaussianMixture  # noqa: E402
+from fedmm.flower import client_app, fit  # noqa: E402
+from fedmm.flower.codec import arrays  # noqa: E402
+from fedmm.flower.secure import quantization_range  # noqa: E402
+from fedmm.flower.testing import LocalGrid  # noqa: E402
+from fedmm.methods import METHODS  # noqa: E402
+from fedmm.privacy import DifferentialPrivacy  # noqa: E402
+from fedmm.simulate import make_federated_gmm  # noqa: E402
+
+QUIET = pytest.mark.filterwarnings("ignore::fedmm.data.EmptyComponentWarning",
+                                   "ignore::fedmm.data.SingularComponentWarning", "ignore::UserWarning")
+
+
+class _Recorded(LocalGrid):
+    """A LocalGrid that keeps every message and its reply, as the server received it."""
+
+    def __init__(self, apps):
+        super().__init__(apps)
+        self.exchanges = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        by_id = {m.metadata.message_id: m for m in messages}
+        self.exchanges += [(by_id[r.metadata.reply_to_message_id], r) for r in replies]
+        return replies
+
+
+def _fits(method, K=4, rounds=20):
+    X, _ = make_federated_gmm(K, 100, random_state=0)
+    options = dict(method=method, random_state=0, privacy=DifferentialPrivacy(4.0, 1e-6, bounds=(-7, 7),
+                                                                             rounds=rounds))
+    grid = _Recorded([client_app(lambda ctx, k=k: (X[k], None)) for k in range(K)])
+    remote = fit(FederatedGaussianMixture(5, **options), grid)
+    return remote, FederatedGaussianMixture(5, **options).fit(X), grid
+
+
+@QUIET
+def test_a_private_fedem_fit_under_secure_aggregation_is_the_in_process_one_and_the_server_sees_no_update():
+    """Four clients, epsilon 4, 20 rounds from the public splitting start: the same noise, drawn by the server
+    from random_state, on the same means of clipped updates up to SecAgg+'s quantization, which moves a mean
+    coordinate by at most 2 clip / 2^22 = 4.8e-7 a round (and the weights by 2^-22): the fitted means agree to
+    1e-4 (measured 2.2e-5, the splits amplifying it). What reached the server: sizes and feature counts at hello,
+    nothing at units, and, in every SecAgg+ stage, masked vectors and keys but no array of any client."""
+    remote, local, grid = _fits("fedem")
+    np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-4)
+    assert remote.privacy_spent_ == pytest.approx(local.privacy_spent_)
+    assert remote.n_iter_ == local.n_iter_ == 20
+    kinds = set()
+    for message, reply in grid.exchanges:
+        kind = message.metadata.message_type
+        kinds.add(kind)
+        assert not reply.has_error()
+        if kind == "train":     # SecAgg+'s stages: the mod clears the update before the reply leaves
+            assert all(len(record) == 0 for record in reply.content.array_records.values())
+        elif kind == "query.hello":
+            assert set(arrays(reply.content)) == {"n", "d"}
+        else:
+            assert kind in ("query.units", "query.start") and not arrays(reply.content)
+    assert kinds == {"query.hello", "query.units", "query.start", "train"}
+    # Every private round is one SecAgg+ aggregation, four stages of messages, in the fit's communication.
+    queries = list(remote.communication_["query"])
+    assert queries.count("secure-step") == 4 * 20
+
+
+@QUIET
+def test_a_private_fedgrem_fit_under_secure_aggregation_releases_the_in_process_centre():
+    """FedGrEM's clients keep their own components (they stay with them): the server's fit is the released
+    centre, the in-process fit's to 1e-4."""
+    remote, local, _ = _fits("fedgrem", rounds=10)
+    np.testing.assert_allclose(remote.center_, local.center_, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(remote.means_, np.broadcast_to(remote.center_, remote.means_.shape))
+
+
+@pytest.mark.parametrize("method, privacy, match", [
+    ("fedem", DifferentialPrivacy(bounds=(-7, 7), noise="local"), "noise='central'"),
+    (METHODS["fedem"](participation=0.5), DifferentialPrivacy(bounds=(-7, 7)), "participation=1")])
+def test_what_secure_aggregation_cannot_run_is_refused(method, privacy, match):
+    X, _ = make_federated_gmm(2, 50, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        fit(FederatedGaussianMixture(2, method=method, privacy=privacy),
+            LocalGrid([client_app(lambda ctx, k=k: (X[k], None)) for k in range(2)]))
+
+
+def test_the_quantization_keeps_the_sum_of_every_client_below_the_modulus():
+    """SecAgg+ sums the clients' quantized updates modulo 2^32: K of them must stay below it."""
+    for K in (2, 100, 512, 513, 10_000):
+        assert K * quantization_range(K) <= 2 ** 31 < 2 ** 32
+    assert quantization_range(4) == 2 ** 22
+
+
+@QUIET
+@pytest.mark.slow
+def test_flwr_run_gives_the_in_process_private_fit(tmp_path):
+    """flwr's own simulation runtime (``flwr run``, one SuperNode per client on Ray) with the private run config:
+    Flower's SecAgg+ workflow and mod between real SuperNodes; the fitted means equal the in-process private
+    fit's up to SecAgg+'s quantization (1e-4, see above)."""
+    pytest.importorskip("ray")
+    from fedmm.flower.demo import flower_demo
+    privacy = {"epsilon": 4.0, "delta": 1e-6, "bounds": [-7.0, 7.0], "rounds": 10}
+    remote, local, _ = flower_demo(n_clients=3, n_samples=100, method="fedem", workdir=tmp_path, privacy=privacy)
+    np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-4)
+    assert remote.privacy_spent_ == pytest.approx(local.privacy_spent_)
