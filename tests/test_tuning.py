@@ -99,11 +99,13 @@ def test_trimmed_mean_leaves_out_the_lowest():
     assert trimmed_mean([1.0, 2.0], 0.2) == 1.5
 
 
+@pytest.mark.slow
 def test_auto_penalty_keeps_different_clients_apart():
     """Clients whose components sit 4 noise sds from the centre, and an outlier client: pooling everything
     predicts every honest client's held-out samples worse, so ``penalty="auto"`` keeps the default (the
     raised floor pools no more here), and
-    its fit is the default's (the folds draw from a copy of the random state)."""
+    its fit is the default's (the folds draw from a copy of the random state). Half a minute of cross-validated
+    fits: CI runs it in its own step (``.ci/run``), outside the default run's budget."""
     X, _ = make_federated_gmm(6, 150, centers=CENTERS, h=4.0, outlier_clients=[5], random_state=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
