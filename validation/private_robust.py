@@ -128,11 +128,11 @@ def groups(seed):
 MANY_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, None)
 
 
-def many(seed, outlier):
+def many(seed, with_outlier):
     """{(epsilon, method): the honest clients' largest error}: section 4 (epsilon None: no privacy)."""
     sizes = np.random.RandomState(seed).randint(100, 501, size=1000)
-    X, truth = make_federated_gmm(1000, sizes, outlier_clients=(0,) if outlier else (), random_state=seed)
-    honest = np.arange(1 if outlier else 0, 1000)
+    X, truth = make_federated_gmm(1000, sizes, outlier_clients=(0,) if with_outlier else (), random_state=seed)
+    honest = np.arange(1 if with_outlier else 0, 1000)
     out = {}
     for eps in MANY_EPSILONS:
         privacy = None if eps is None else DifferentialPrivacy(eps, DELTA, bounds=(-7.0, 7.0))
@@ -189,11 +189,11 @@ def main(argv=None):
            "mean error over clients", grouped, (4.0, 1e6), "epsilon")
 
     if not args.quick:
-        for outlier in (False, True):
-            found = run(delayed(_quiet)(many, seed, outlier) for seed in seeds[:5])
-            _table(f"4. K = 1,000 clients of 100-500 rows{', one an outlier' if outlier else ''}, central noise, "
-                   f"{min(len(seeds), 5)} seeds: the honest clients' largest error (None: no privacy)", found,
-                   MANY_EPSILONS, "epsilon")
+        for with_outlier in (False, True):
+            found = run(delayed(_quiet)(many, seed, with_outlier) for seed in seeds[:5])
+            _table(f"4. K = 1,000 clients of 100-500 rows{', one an outlier' if with_outlier else ''}, central "
+                   f"noise, {min(len(seeds), 5)} seeds: the honest clients' largest error (None: no privacy)",
+                   found, MANY_EPSILONS, "epsilon")
 
     median = lambda results, key, method: np.median([r[key, method] for r in results])  # noqa: E731
     checks = [("under local noise the malicious party leaves FedGrEM's honest error within 10% of its clean one",
