@@ -163,6 +163,16 @@ class LocalClients:
         data = units.transform(self.data)
         self.data = data.with_X(self.family.design(data.X))
 
+    def whitened_sums(self, params, radius, which=None):
+        """The clients' (``which``: those only) E-step sums about their rows of ``params`` in the components'
+        own units, each row's deviations within ``radius`` (:func:`fedmm.privacy.whitened_sums`: a private round
+        at the level of samples)."""
+        from .privacy import whitened_sums
+        data = self.data if which is None else self.data.clients(np.asarray(which))
+        sums = whitened_sums(self.family, data, params, radius)
+        self._record("sums", which, params, sums)
+        return sums
+
     def family_starts(self, seeds, n_components, which=None):
         """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only)."""
         data = self.data if which is None else self.data.clients(np.asarray(which))

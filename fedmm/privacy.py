@@ -41,10 +41,20 @@ The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
   and the release, and go back to it only: what it alone uses (joint differential privacy, Kearns et al.
   2014). The guarantee covers the shared components.
 
+**At the level of samples** (``unit="sample"``: neighbouring federations differ by one row of one client) the
+clients send the sums of their E-step instead, in the released components' own units with each row's deviation
+clipped (:func:`whitened_sums`, pfl's centred and rescaled statistics), so that one row's part of them is
+bounded whatever the client's size; the server adds them up, the noise goes on the total (or on each client's
+sums under local noise; :func:`sums_noise`), and the release is the M-step of the noisy totals
+(:func:`whitened_m_step`, :class:`PrivateSums`): DP-EM (Park et al., AISTATS 2017), federated. The server needs
+only the total, so it runs under secure aggregation too; the noise is one row's among all the rows.
+
 ``sigma`` is calibrated before the first round so that the ``rounds`` compose to ``(epsilon,
 delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``privacy`` extra); the fitted
 estimator's ``privacy_spent_`` is what its rounds spent by the same accountant.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -53,19 +63,31 @@ from sklearn.base import BaseEstimator
 from . import _params as P
 from .algorithms.central import _soft_threshold, central_update
 from .algorithms.fedem import FedEM, SharedComponents
-from .families import MixtureParams
-from .protocol import Broadcast, put
+from .algorithms.pooled import PooledEM
+from .families import MixtureParams, pool_stats
+from .protocol import Broadcast, ClientMessage, put, take
 from .units import Moments
 
-__all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "noise_multiplier", "epsilon_spent",
-           "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+__all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
+           "epsilon_spent", "sums_noise", "whitened_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
 #: own message (an untrusted server).
 NOISE = ("central", "local")
-#: The methods a private fit runs.
-METHODS = ("fedem", "fedgrem")
+#: Whom a private fit protects: a whole client with all its rows, or one row of one client.
+UNITS = ("client", "sample")
+#: The methods a private fit runs, per unit: at the level of samples those whose server needs only the clients'
+#: sums (:class:`PrivateSums`).
+METHODS = {"client": ("fedem", "fedgrem"), "sample": ("fedem", "pooled-em")}
+#: The share of a component's own rows whose whitened deviation is clipped at the level of samples
+#: (:func:`row_radius`).
+ROW_QUANTILE = 0.999
+#: The shares of one row's sensitivity that the counts, the deviations' and the squares' sums take
+#: (:func:`sums_noise`): the squares the most, since their noise decides whether a component can narrow. On the
+#: paper's design with 100 clients (3 seeds), against equal shares: the same largest error under central noise
+#: (0.06-0.07 at epsilon 4), and under local noise at epsilon 4 0.19 against 6.5-10.
+SUMS_SHARES = (0.05, 0.2, 0.75)
 #: The smallest variance a release keeps, over the box's half-width squared (:func:`in_the_box`).
 VARIANCE_FLOOR = 1e-6
 #: The chance that a client on the consensus keeps a part of its own components under FedGrEM
@@ -111,6 +133,107 @@ def clip_rows(v, clip):
     """Every row of ``v`` (K, m) scaled into the Euclidean ball of radius ``clip`` (rows inside stay as they are)."""
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     return v * np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
+
+
+def row_radius(n_features):
+    """How far one row's whitened deviation from a component may reach before it is clipped (:func:`whitened_sums`):
+    the square root of the chi-square 0.999 quantile with ``n_features`` degrees of freedom, so that the rows of
+    a component itself are clipped one time in a thousand (the rows of others carry responsibilities near 0)."""
+    return float(np.sqrt(stats.chi2.ppf(ROW_QUANTILE, n_features)))
+
+
+def sums_noise(family, radius):
+    """The standard deviations of the noise on each field of :func:`whitened_sums` (``N``, ``Sz``, ``Szz``) per
+    unit of the noise multiplier, for deviations within ``radius`` ``c``: ``(1, c, c^2) / sqrt(f)``, the
+    fields' shares ``f`` of the sensitivity :data:`SUMS_SHARES`.
+
+    One row adds ``g_r``, ``g_r z_r`` and ``g_r s(z_r)`` over the components, with ``sum_r g_r = 1``,
+    ``||z_r|| <= c`` and squares ``s(z)`` (``z^2``, ``||z||^2`` or ``z z^T``) of norm at most ``||z||^2``: the
+    fields scaled by ``sqrt(f) / (1, c, c^2)`` move by at most ``sqrt(f)`` each, 1 together, the sensitivity of
+    the scaled sums, which carry noise ``sigma`` (the Gaussian mechanism), ``sigma (1, c, c^2) / sqrt(f)``
+    scaled back."""
+    shares = np.array(SUMS_SHARES[:3 if family.estimates_scale else 2])
+    return np.array([1.0, radius, radius ** 2])[:len(shares)] / np.sqrt(shares / shares.sum())
+
+
+class WhitenedSums(NamedTuple):
+    """A client's E-step sums about the components it was sent, in their own units (:func:`whitened_sums`):
+    ``N`` (K, R), ``Sz`` (K, R, p) and ``Szz`` (K, R, s), s as the variances' (none where they are fixed)."""
+
+    N: np.ndarray
+    Sz: np.ndarray
+    Szz: np.ndarray | None
+
+
+def whitened_sums(family, data, params, radius):
+    """Each client's sums of ``g_ir``, ``g_ir z_ir`` and ``g_ir`` times the squares of ``z_ir``, the row's
+    deviation from component ``r`` in the component's own units (``z = P^T (x - mu_r)``,
+    :meth:`~fedmm.families.GaussianFamily.whiten`) shrunk into the ball of ``radius``: pfl's centred and
+    rescaled statistics (``ExpectationMaximizationGMM``), whose noise is then relative to each component's
+    spread whatever the data's range. Squares: ``z^2`` (diagonal variances), ``||z||^2`` (spherical), ``z z^T``
+    flattened (full)."""
+    g = np.exp(family.log_resp(data, params)[1])
+    k = np.repeat(np.arange(data.n_clients), data.n_samples)
+    z = family.whiten(data.X[:, None, :] - params.theta[k], params.scale[k])
+    norms = np.linalg.norm(z, axis=-1, keepdims=True)
+    z *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+    gz = g[..., None] * z
+    if not family.estimates_scale:
+        squares = None
+    elif family.covariance_type == "full":
+        squares = (gz[..., :, None] * z[..., None, :]).reshape(gz.shape[:-1] + (-1,))
+    else:
+        squares = gz * z if family.covariance_type == "diag" else np.sum(gz * z, axis=-1, keepdims=True)
+    starts = data.offsets[:-1]
+    return WhitenedSums(*(None if f is None else np.add.reduceat(f, starts, axis=0) for f in (g, gz, squares)))
+
+
+def sums_vector(sums):
+    """(K, m): each client's :class:`WhitenedSums` as one vector (what it sends under secure aggregation)."""
+    return np.concatenate([f.reshape(len(f), -1) for f in sums if f is not None], axis=1)
+
+
+def sums_from_vector(v, family, point):
+    """The inverse of :func:`sums_vector` for sums about the components of ``point``: ``v`` (K, m)."""
+    R, p = point.theta.shape
+    s = point.scale.shape[-1] if family.estimates_scale else 0
+    N, Sz, Szz = np.split(v, [R, R + R * p], axis=1)
+    return WhitenedSums(N, Sz.reshape(-1, R, p), Szz.reshape(-1, R, s) if s else None)
+
+
+def noised(sums, sd, random_state):
+    """Every field of ``sums`` with Gaussian noise of its standard deviation in ``sd`` added."""
+    return type(sums)(*(None if f is None else f + v * random_state.standard_normal(f.shape)
+                        for f, v in zip(sums, sd)))
+
+
+def whitened_m_step(family, total, point, sd):
+    """The M-step of the totals ``total`` (:class:`WhitenedSums`, leading axis 1) about the components of
+    ``point``: ``delta_r = Sz_r / N_r`` moves each mean by ``unwhiten(delta_r)``, and the variances are the
+    point's scaled by ``Szz_r / N_r - delta_r^2`` in their own units (``L (Szz_r / N_r - delta delta^T) L^T``
+    for full ones, ``Sigma = L L^T``). ``sd``: the noise's standard deviations on the fields' sums (:func:`sums_noise`); each count is
+    kept above three of its own and each scale factor above the squares' over ``N_r`` (at most 1), the noise's
+    size in it (three of them froze the variances at their start under local noise).
+    Returns ``(proportions (R,), theta (R, p), scale (R, s))``."""
+    N = np.maximum(total.N[0], 3.0 * sd[0])
+    delta = total.Sz[0] / N[:, None]
+    theta = point.theta + family.unwhiten(delta, point.scale)
+    if not family.estimates_scale:
+        return N / N.sum(), theta, point.scale
+    floor = np.minimum(sd[-1] / N, 1.0)
+    if family.covariance_type == "full":
+        R, p = delta.shape
+        factor = total.Szz[0].reshape(R, p, p) / N[:, None, None] - delta[:, :, None] * delta[:, None, :]
+        values, vectors = np.linalg.eigh(0.5 * (factor + np.swapaxes(factor, -1, -2)))
+        factor = (vectors * np.maximum(values, floor[:, None])[:, None, :]) @ np.swapaxes(vectors, -1, -2)
+        # L's columns are the unwhitened unit vectors: L^T stacked (R, p, p).
+        L_t = np.swapaxes(family.unwhiten(np.broadcast_to(np.eye(p)[:, None, :], (p, R, p)), point.scale), 0, 1)
+        return N / N.sum(), theta, (np.swapaxes(L_t, -1, -2) @ factor @ L_t).reshape(R, p * p)
+    if family.covariance_type == "diag":
+        factor = total.Szz[0] / N[:, None] - delta ** 2
+    else:
+        factor = (total.Szz[0] / N[:, None] - np.sum(delta ** 2, axis=-1, keepdims=True)) / delta.shape[-1]
+    return N / N.sum(), theta, point.scale * np.maximum(factor, floor[:, None])
 
 
 def centre_start(family, n_clients, centre):
@@ -197,6 +320,14 @@ class DifferentialPrivacy(BaseEstimator):
         trusted with nothing; each message then carries the noise of a whole update, ``1 / max_k s_k`` times
         more (about ``K`` times for ``K`` equal clients), which the average shrinks by ``sqrt(K)`` only: it
         needs many clients (``docs/privacy.md``).
+    unit : {"client", "sample"}, default="client"
+        Whom the guarantee protects. ``"client"``: a whole client, all its rows (neighbouring federations
+        differ by one client). ``"sample"``: one row of one client (they differ by one row), for clients that
+        hold other people's records, a hospital's patients say. The clients then send the sums of their
+        E-step in the components' own units, each row's deviation from a component clipped (:func:`whitened_sums`;
+        ``clip`` does not apply), and the noise on the sums is that of one row among all of them
+        (:class:`PrivateSums`): far less than a client's. It runs ``method="fedem"`` and ``"pooled-em"``, the
+        methods whose server needs only sums, under either noise.
 
     Attributes set on the fitted estimator
     --------------------------------------
@@ -212,15 +343,17 @@ class DifferentialPrivacy(BaseEstimator):
         "clip": P.real(0.0, np.inf, low_open=True, high_open=True),
         "rounds": P.integer(1),
         "noise": P.one_of(*NOISE),
+        "unit": P.one_of(*UNITS),
     }
 
-    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=1.0, rounds=40, noise="central"):
+    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=1.0, rounds=40, noise="central", unit="client"):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
         self.clip = clip
         self.rounds = rounds
         self.noise = noise
+        self.unit = unit
 
     def validate(self):
         if self.bounds is None:
@@ -250,12 +383,13 @@ class DifferentialPrivacy(BaseEstimator):
         return Moments(centre, np.outer(centre, centre) + np.diag(half ** 2), None, None)
 
 
-def in_the_box(family, theta, scale, lower, upper):
+def in_the_box(family, theta, scale, lower, upper, floor=0.0):
     """``(theta, scale)`` of a release kept to what data in the box ``[lower, upper]`` (the fit's units) can
     have: means in the box, coordinate variances at most its half-widths squared (a full covariance's
-    eigenvalues at most ``d`` times the largest) and at least :data:`VARIANCE_FLOOR` times them. Post-processing
-    of released numbers (nothing spent); it keeps the noise of a round from sending a component where no
-    client's E-step can use it."""
+    eigenvalues at most ``d`` times the largest) and at least :data:`VARIANCE_FLOOR` times them, and at least
+    ``floor`` (R, 1), the noise's own scale in them where the release knows it. Post-processing of released
+    numbers (nothing spent); it keeps the noise of a round from sending a component where no client's E-step
+    can use it."""
     theta = np.clip(theta, lower, upper)
     if not family.estimates_scale:
         return theta, scale
@@ -263,11 +397,11 @@ def in_the_box(family, theta, scale, lower, upper):
     if family.covariance_type in ("full", "tied"):
         d = len(half2)
         values, vectors = np.linalg.eigh(scale.reshape(scale.shape[:-1] + (d, d)))
-        values = np.clip(values, VARIANCE_FLOOR * half2.min(), d * half2.max())
+        values = np.clip(values, np.maximum(VARIANCE_FLOOR * half2.min(), floor), d * half2.max())
         return theta, ((vectors * values[..., None, :]) @ np.swapaxes(vectors, -1, -2)).reshape(scale.shape)
     if scale.shape[-1] == 1:   # spherical: the mean coordinate variance
-        return theta, np.clip(scale, VARIANCE_FLOOR * half2.min(), half2.max())
-    return theta, np.clip(scale, VARIANCE_FLOOR * half2, half2)
+        return theta, np.clip(scale, np.maximum(VARIANCE_FLOOR * half2.min(), floor), half2.max())
+    return theta, np.clip(scale, np.maximum(VARIANCE_FLOOR * half2, floor), half2)
 
 
 def shared_point(params):
@@ -423,17 +557,17 @@ class PrivateAverage:
         else:
             mean = share @ update
         weights, theta, log_scale = decode(self.family, self.d, mean, self.point)
-        scale = scale_of(self.family, self.d, log_scale, self.point)
+        return self._release(weights, theta, scale_of(self.family, self.d, log_scale, self.point), messages.n.size)
+
+    def _release(self, weights, theta, scale, n_clients, floor=0.0):
+        """The round's release, kept in the box (variances at least ``floor``), recorded and broadcast to
+        ``n_clients`` clients (each one's own proportions stay with it: the clients' side keeps them)."""
         if self.box is not None:
-            theta, scale = in_the_box(self.family, theta, scale, *self.box)
-            log_scale = self.family.log_scale(scale, self.d)
-        self.released.append((weights, theta, log_scale))
+            theta, scale = in_the_box(self.family, theta, scale, *self.box, floor=floor)
+        self.released.append((weights, theta, self.family.log_scale(scale, self.d)))
         self.point = MixtureParams(weights, theta, scale)
-        K = messages.n.size
-        # Each client's proportions go back to it alone (its own, which the clients' side keeps).
-        params = MixtureParams(messages.weights, np.broadcast_to(theta, (K,) + theta.shape).copy(),
-                               np.broadcast_to(scale, (K,) + scale.shape).copy())
-        return Broadcast(params), SharedComponents(theta)
+        every = lambda a: np.broadcast_to(a, (n_clients,) + a.shape).copy()  # noqa: E731
+        return Broadcast(MixtureParams(every(weights), every(theta), every(scale))), SharedComponents(theta)
 
     def averaged(self, rounds):
         """The mean of the last ``rounds`` releases as a point (mean proportions, theta, scale) (Polyak-Ruppert
@@ -441,6 +575,38 @@ class PrivateAverage:
         variance), variances averaged as log-variances."""
         weights, theta, log_scale = (np.mean(part, axis=0) for part in zip(*self.released[-rounds:]))
         return MixtureParams(weights, theta, scale_of(self.family, self.d, log_scale, self.point))
+
+
+class PrivateSums(PrivateAverage):
+    """The server's side of a private fit at the level of samples (``unit="sample"``): DP-EM's release (Park et
+    al., AISTATS 2017) with pfl's centred and rescaled statistics, federated.
+
+    Each round every client sends the sums of its E-step about the released components, at its own proportions,
+    in the components' own units (:func:`whitened_sums`). The server adds them up, with Gaussian noise of
+    ``sigma`` times :func:`sums_noise` on the totals under central noise (under local noise each client's own
+    on its sums), and the M-step of the noisy totals (:func:`whitened_m_step`) is the release: the shared
+    components, and the pooled proportions. FedEM's clients keep their own proportions; pooled EM's take the
+    released ones.
+    """
+
+    def __init__(self, strategy, family, n_features, sigma, random_state, noise="central", box=None):
+        super().__init__(strategy, family, n_features, None, sigma, random_state, noise, box)
+        self.radius = row_radius(family.param_dim(n_features))
+        self.row_sd = sigma * sums_noise(family, self.radius)   # on one party's sums
+        self.robust, self.pooled = False, strategy.name == "pooled-em"
+        self.centre_variance = 0.0
+
+    def server_start(self, family, start, n_k):
+        # The noise on the totals: the server's once, or every client's own.
+        self.sums_sd = self.row_sd * (np.sqrt(len(n_k)) if self.noise == "local" else 1.0)
+        self.point = shared_point(start)
+        return Broadcast(start), SharedComponents(self.point.theta)
+
+    def server_step(self, messages, state, t):
+        total = pool_stats(messages.stats)
+        if self.noise == "central":
+            total = noised(total, self.row_sd, self.random_state)
+        return self._release(*whitened_m_step(self.family, total, self.point, self.sums_sd), messages.n.size)
 
 
 class PrivateTransport:
@@ -491,7 +657,11 @@ class PrivateClients(PrivateTransport):
     def step(self, strategy, broadcast, heard=None):
         average, family = self._average, self.family
         point = shared_point(broadcast.params)
-        sent = sent_params(family, point, self.own, self.n_samples, average.centre_variance if average.robust else None)
+        sums = isinstance(average, PrivateSums)
+        sent = sent_params(family, point, self._own(point), self.n_samples,
+                           average.centre_variance if average.robust else None)
+        if sums:   # the sums alone leave the clients, under local noise with each one's own noise on them
+            return self._sums(sent, heard)
         messages, replied = self._clients.step(strategy, broadcast._replace(params=sent), heard)
         self.own = put(self.own, replied, MixtureParams(messages.weights, messages.theta, messages.scale))
         if average.noise == "local":
@@ -504,10 +674,32 @@ class PrivateClients(PrivateTransport):
         return messages._replace(loglik=np.zeros_like(messages.loglik), stats=None), replied
 
     def final(self, point, centre_variance):
-        """The fitted parameters of every client about the final release ``point``: its own proportions and,
-        under FedGrEM, its own components (:func:`sent_params`)."""
-        return sent_params(self.family, point, self.own, self.n_samples,
+        """The fitted parameters of every client about the final release ``point``: its own proportions (pooled
+        EM: the released ones) and, under FedGrEM, its own components (:func:`sent_params`)."""
+        return sent_params(self.family, point, self._own(point), self.n_samples,
                            centre_variance if self._average.robust else None)
+
+    def _sums(self, sent, heard):
+        """The round at the level of samples: the clients ``heard`` send their :func:`whitened_sums` at ``sent``
+        (under local noise each with its own noise on them), and keep their own proportions from them."""
+        average = self._average
+        replied = np.arange(self.n_clients) if heard is None else np.asarray(heard)
+        sums = self._clients.whitened_sums(take(sent, replied), average.radius, heard)
+        n = self.n_samples[replied]
+        self.own = put(self.own, replied, self.own.take(replied)._replace(weights=sums.N / n[:, None]))
+        if average.noise == "local":
+            sums = noised(sums, average.row_sd, average.random_state)
+        K = len(replied)
+        messages = ClientMessage(n, np.zeros(K), np.zeros((K, sums.N.shape[1])), sent.theta[replied],
+                                 sent.scale[replied], sums)
+        return messages, replied
+
+    def _own(self, point):
+        """What the clients keep, with the proportions of the release ``point`` for their own under pooled EM."""
+        if not getattr(self._average, "pooled", False):
+            return self.own
+        return self.own._replace(weights=np.broadcast_to(released_proportions(point.weights),
+                                                         self.own.weights.shape).copy())
 
     def __getattr__(self, name):
         raise ValueError(f"A private fit does not ask its clients for {name!r}: it would read their rows outside "

@@ -22,7 +22,7 @@ from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
 from ..privacy import METHODS as PRIVATE_METHODS
-from ..privacy import (PrivateAverage, PrivateClients, centre_start, epsilon_spent, noise_multiplier,
+from ..privacy import (PrivateAverage, PrivateClients, PrivateSums, centre_start, epsilon_spent, noise_multiplier,
                        released_proportions, split_component, stage_rounds)
 from ..robust import client_median
 
@@ -181,10 +181,12 @@ class _FederatedMixture(BaseEstimator, ABC):
     def _fit_private(self, strategy, family, clients, client_ids, privacy, rng):
         """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
         ``privacy.rounds`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
-        if strategy.name not in PRIVATE_METHODS or getattr(family, "covariance_type", None) == "tied":
-            raise ValueError("privacy= runs method='fedem' or 'fedgrem' with covariance_type 'diag', 'spherical', "
-                             f"'full' or 'identity' for now; got method={strategy.name!r}"
-                             + (", covariance_type='tied'." if family.covariance_type == "tied" else "."))
+        methods = PRIVATE_METHODS[privacy.unit]
+        if strategy.name not in methods or getattr(family, "covariance_type", None) == "tied":
+            raise ValueError(f"privacy= with unit={privacy.unit!r} runs method={' or '.join(map(repr, methods))} with "
+                             "covariance_type 'diag', 'spherical', 'full' or 'identity' for now; got "
+                             f"method={strategy.name!r}" + (", covariance_type='tied'." if family.covariance_type ==
+                                                             "tied" else "."))
         server_options = set(strategy.get_params()) - {"C_eta", "eta_rule", "participation", "dropout"}
         changed = sorted(k for k in server_options
                          if repr(strategy.get_params()[k]) != repr(type(strategy)().get_params()[k]))
@@ -201,7 +203,10 @@ class _FederatedMixture(BaseEstimator, ABC):
         moments = privacy.moments(d)
         units = family.units(moments)
         box = np.sort(family.to_internal(np.stack(privacy.box(d)), units), axis=0)   # the bounds in the fit's units
-        average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng, privacy.noise, box)
+        if privacy.unit == "sample":
+            average = PrivateSums(strategy, family, d, sigma, rng, privacy.noise, box)
+        else:
+            average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng, privacy.noise, box)
         # Clients across parties give their own private transport (on Flower: secure aggregation).
         private = getattr(clients, "private", lambda average: PrivateClients(clients, average))(average)
         private.set_units(units)

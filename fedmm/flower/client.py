@@ -56,7 +56,7 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
-from ..privacy import clip_rows, sent_params
+from ..privacy import clip_rows, released_proportions, sent_params, sums_vector, whitened_sums
 from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
@@ -296,6 +296,8 @@ def _private_round(read, methods):
         request = fitins.config
         point = MixtureParams(*parameters_to_ndarrays(fitins.parameters))
         session = _Session(read, context, methods)
+        if "radius" in request:
+            return _private_sums(session, message, point, request)
         family, strategy, state = session.family, session.strategy(), session.state()
         variance = request.get("centre_variance")
         sent = sent_params(family, point, session.own(), session.data.n_samples, variance,
@@ -307,6 +309,21 @@ def _private_round(read, methods):
         fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update[0]]), int(request["weight"]), {})
         return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
     return handle
+
+
+def _private_sums(session, message, point, request):
+    """A private round at the level of samples: the client's :func:`~fedmm.privacy.whitened_sums` about the
+    release, at its own proportions (pooled EM: the released ones), over its size, with its size as the weight;
+    it keeps its proportions from them."""
+    own, n = session.own(), session.data.n_samples
+    if request["pooled"]:
+        own = own._replace(weights=released_proportions(point.weights)[None])
+    sent = sent_params(session.family, point, own, n)
+    sums = whitened_sums(session.family, session.data, sent, float(request["radius"]))
+    session.context.state["fedmm.own"] = _record(flatten(sent._replace(weights=sums.N / n[:, None])))
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([sums_vector(sums)[0] / n[0]]),
+                    int(request["weight"]), {})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
 
 
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,

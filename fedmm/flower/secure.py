@@ -27,7 +27,8 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
-from ..privacy import PrivateTransport, capped_sizes, decode, released_proportions, scale_of, shared_point
+from ..privacy import (PrivateSums, PrivateTransport, capped_sizes, decode, released_proportions, scale_of,
+                       shared_point, sums_from_vector)
 from ..protocol import ClientMessage
 from .codec import all_bytes
 
@@ -106,20 +107,37 @@ class SecureRounds(PrivateTransport):
             raise ValueError("Under secure aggregation every client takes part in every round (participation=1, "
                              "dropout=0): the noise is calibrated for the shares of all of them.")
         point = shared_point(broadcast.params)
-        mean = self._secure_mean(point, average)
-        weights, theta, log_scale = decode(self.family, average.d, mean, point)
-        scale = scale_of(self.family, average.d, log_scale, point)
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
-        messages = ClientMessage(self.n_samples, np.zeros(K), every(weights), every(theta), every(scale), None)
-        return messages, np.arange(K)
-
-    def _secure_mean(self, point, average):
-        """The clients' clipped updates from ``point``, averaged with their capped shares under SecAgg+."""
-        clients, K = self._clients, self.n_clients
+        if isinstance(average, PrivateSums):
+            return self._sums(point, average, every), np.arange(K)
         weights = np.maximum(np.rint(capped_sizes(self.n_samples)), 1).astype(int)
         settings = {"clip": float(average.clip), "n_clients": K}
         if average.robust:
             settings["centre_variance"] = float(average.centre_variance)
+        mean = self._secure_mean(point, settings, weights, average.clip)
+        weights, theta, log_scale = decode(self.family, average.d, mean, point)
+        scale = scale_of(self.family, average.d, log_scale, point)
+        messages = ClientMessage(self.n_samples, np.zeros(K), every(weights), every(theta), every(scale), None)
+        return messages, np.arange(K)
+
+    def _sums(self, point, average, every):
+        """A round at the level of samples: each client's :func:`~fedmm.privacy.whitened_sums` over its size, with
+        its size as the weight, so that SecAgg+'s weighted mean times the sizes' total is the sums' total (the
+        one message the server hands :class:`~fedmm.privacy.PrivateSums`). Every coordinate of a client's sums
+        over its size lies within ``max(1, radius)`` (squares: its square), the range SecAgg+ clips to."""
+        n = self.n_samples
+        settings = {"radius": float(average.radius), "n_clients": self.n_clients, "pooled": bool(average.pooled)}
+        bound = max(1.0, average.radius) ** (2 if self.family.estimates_scale else 1)
+        mean = self._secure_mean(point, settings, n.astype(int), bound)
+        total = sums_from_vector(mean[None] * n.sum(), self.family, point)
+        R = point.weights.size
+        return ClientMessage(n, np.zeros(len(n)), np.zeros((len(n), R)), every(point.theta), every(point.scale),
+                             total)
+
+    def _secure_mean(self, point, settings, weights, bound):
+        """The clients' replies to the release ``point`` and ``settings``, their coordinates within ``bound``,
+        averaged with ``weights`` (one integer per client) under SecAgg+."""
+        clients, K = self._clients, self.n_clients
         parameters = ndarrays_to_parameters([point.weights, point.theta, point.scale])
         instructions = [(_Node(node), FitIns(parameters, {**settings, "weight": int(w)}))
                         for node, w in zip(clients.nodes, weights)]
@@ -130,7 +148,7 @@ class SecureRounds(PrivateTransport):
                                                                           next(self._rounds)})
         context.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(parameters, True)
         workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=0.5, max_weight=float(weights.max()),
-                                      clipping_range=float(average.clip), quantization_range=quantization_range(K),
+                                      clipping_range=float(bound), quantization_range=quantization_range(K),
                                       timeout=clients.timeout)
         workflow(_Recorded(clients, self._method), context)
         if aggregate.result is None or aggregate.contributors < K:
