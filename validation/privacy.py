@@ -213,7 +213,7 @@ def main(argv=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot(private, [np.median(errors[eps]) for eps in private], "o-", label="FedEM with DP (median)")
+        ax.plot(private, [np.median(errors[eps]) for eps in private], "o-", label="FedEM, each client private (median)")
         ax.plot(private, [np.median(pfl[eps][1]) for eps in private], "s:", label="pfl-style (median)")
         ax.plot(private, [np.median(sample[eps, SAMPLE_LEVEL[0][0]]) for eps in private], "^-",
                 label="FedEM, each row private (median)")
