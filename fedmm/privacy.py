@@ -522,6 +522,10 @@ class PrivateAverage:
         self._strategy, self.family, self.d = strategy, family, n_features
         self.box = box   # (lower, upper) in the fit's units (:func:`in_the_box`); None: unbounded
         self.clip, self.sigma, self.random_state, self.noise = clip, sigma, random_state, noise
+        # Under local noise the clients draw their own, not from the server's draws (across parties they draw
+        # from their own entropy); in one process from this seed, so that the server's draws (the splits) are
+        # the same in one process and across parties.
+        self.clients_seed = random_state.randint(2 ** 31 - 1) if noise == "local" else None
         self.robust = strategy.name == "fedgrem"
         self._server = FedEM()
         self.centre_variance = None
@@ -649,6 +653,8 @@ class PrivateClients(PrivateTransport):
     def __init__(self, clients, average):
         super().__init__(clients, average)
         self.own = None
+        seed = getattr(average, "clients_seed", None)
+        self._noise = None if seed is None else np.random.RandomState(seed)
 
     def start(self, strategy, params):
         self._clients.start(strategy, params)
@@ -667,7 +673,7 @@ class PrivateClients(PrivateTransport):
         if average.noise == "local":
             update = clip_rows(encode(family, average.d, messages, point), average.clip)
             noise = 2.0 * average.sigma * average.clip
-            update = update + noise * average.random_state.standard_normal(update.shape)
+            update = update + noise * self._noise.standard_normal(update.shape)
             weights, theta, log_scale = decode(family, average.d, update, point)
             messages = messages._replace(weights=weights, theta=theta,
                                          scale=scale_of(family, average.d, log_scale, point))
@@ -688,7 +694,7 @@ class PrivateClients(PrivateTransport):
         n = self.n_samples[replied]
         self.own = put(self.own, replied, self.own.take(replied)._replace(weights=sums.N / n[:, None]))
         if average.noise == "local":
-            sums = noised(sums, average.row_sd, average.random_state)
+            sums = noised(sums, average.row_sd, self._noise)
         K = len(replied)
         messages = ClientMessage(n, np.zeros(K), np.zeros((K, sums.N.shape[1])), sent.theta[replied],
                                  sent.scale[replied], sums)

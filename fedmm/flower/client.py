@@ -18,6 +18,7 @@ action          the server sends                                       the clien
 ``start``       a start's parameters, the method and its client        nothing
                 options
 ``step``        its row of the :class:`~fedmm.protocol.Broadcast`      its :class:`~fedmm.protocol.ClientMessage`
+``private_step``  a private fit's release and settings (local noise)   its noisy ``update``
 ``loglik``      parameters                                             its log-likelihood
 ``fit_weights``  parameters, whether to refit, ``max_iter``, ``tol``   its mixing proportions
 ``folds``       a seed, ``n_folds``                                    nothing (it deals its rows into
@@ -26,9 +27,11 @@ action          the server sends                                       the clien
                                                                        in that fold
 ==============  =====================================================  ==============================
 
-A private fit (:mod:`fedmm.privacy`, central noise) asks for its rounds with Flower's message type ``train``
-instead, through Flower's SecAgg+ (:mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``;
-the client replies with its clipped update and its capped size, which SecAgg+'s mod masks before they leave.
+A private fit (:mod:`fedmm.privacy`) asks for its rounds otherwise (:mod:`fedmm.flower.secure`). Under central
+noise with Flower's message type ``train``, through Flower's SecAgg+: the release's components arrive as a
+``FitIns``; the client replies with its clipped update (each row private: its E-step's sums over its size) and
+its weight, which SecAgg+'s mod masks before they leave. Under local noise with the query ``private_step``:
+the release's components arrive, and the client replies with its ``update`` (or sums) with its own noise on it.
 In such a fit ``hello`` gets the client's size and number of features only, and ``units`` nothing.
 
 A query with ``train_fold`` in its settings is answered from the client's rows outside that fold
@@ -56,7 +59,8 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
-from ..privacy import clip_rows, released_proportions, sent_params, sums_vector, whitened_sums
+from ..privacy import (clip_rows, noised, released_proportions, sent_params, shared_point, sums_noise, sums_vector,
+                       whitened_sums)
 from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
@@ -287,44 +291,53 @@ def _held_out(session, values, request):
 
 
 def _private_round(read, methods):
-    """A private fit's round (:mod:`fedmm.privacy`, central noise), through Flower's SecAgg+ (message type
-    ``train``, :mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``; the client runs its
-    round from its own proportions (and under FedGrEM its own components) about them, keeps its estimate, and
-    replies with its clipped update and its capped size as the weight, which the mod masks before they leave."""
+    """A private fit's round under central noise (:mod:`fedmm.privacy`), through Flower's SecAgg+ (message type
+    ``train``, :mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``; the client replies
+    with its part (:func:`_private_part`) and its weight, which the mod masks before they leave (its sums over
+    its size, at the level of samples, so that the weighted mean is the sums' total over the sizes')."""
     def handle(message, context):
         fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
         request = fitins.config
-        point = MixtureParams(*parameters_to_ndarrays(fitins.parameters))
         session = _Session(read, context, methods)
+        part = _private_part(session, MixtureParams(*parameters_to_ndarrays(fitins.parameters)), request)
         if "radius" in request:
-            return _private_sums(session, message, point, request)
-        family, strategy, state = session.family, session.strategy(), session.state()
-        variance = request.get("centre_variance")
-        sent = sent_params(family, point, session.own(), session.data.n_samples, variance,
-                           int(request["n_clients"]))
-        reply, state = strategy.client_step(family, session.data, state, Broadcast(sent))
-        session.save(state)
-        context.state["fedmm.own"] = _record(flatten(MixtureParams(reply.weights, reply.theta, reply.scale)))
-        update = clip_rows(encode_update(family, point.theta.shape[-1], reply, point), float(request["clip"]))
-        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update[0]]), int(request["weight"]), {})
+            part = sums_vector(part)[0] / session.data.n_samples[0]
+        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([part]), int(request["weight"]), {})
         return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
     return handle
 
 
-def _private_sums(session, message, point, request):
-    """A private round at the level of samples: the client's :func:`~fedmm.privacy.whitened_sums` about the
-    release, at its own proportions (pooled EM: the released ones), over its size, with its size as the weight;
-    it keeps its proportions from them."""
-    own, n = session.own(), session.data.n_samples
-    if request["pooled"]:
-        own = own._replace(weights=released_proportions(point.weights)[None])
-    sent = sent_params(session.family, point, own, n)
-    sums = whitened_sums(session.family, session.data, sent, float(request["radius"]))
-    session.context.state["fedmm.own"] = _record(flatten(sent._replace(weights=sums.N / n[:, None])))
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([sums_vector(sums)[0] / n[0]]),
-                    int(request["weight"]), {})
-    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+def _private_step(session, values, request):
+    """A private fit's round under local noise: the client's part (:func:`_private_part`) with its own Gaussian
+    noise on it, drawn from its own entropy (noise the server could seed, it could subtract): ``2 sigma clip``
+    on its update, or ``sigma`` times :func:`~fedmm.privacy.sums_noise` on its sums."""
+    point = shared_point(unflatten(MixtureParams, values))
+    part, sigma, rng = _private_part(session, point, request), float(request["sigma"]), np.random.default_rng()
+    if "radius" in request:
+        return {"update": sums_vector(noised(part, sigma * sums_noise(session.family, float(request["radius"])),
+                                             rng))[0]}
+    return {"update": part + 2.0 * sigma * float(request["clip"]) * rng.standard_normal(part.shape)}
+
+
+def _private_part(session, point, request):
+    """The client's part of a private round about the release ``point``, from its own proportions (pooled EM:
+    the released ones) and, under FedGrEM, its own components: its clipped update (each client private), or its
+    :func:`~fedmm.privacy.whitened_sums` (each row, ``radius`` in ``request``). It keeps its own estimate."""
+    family, n, own = session.family, session.data.n_samples, session.own()
+    if "radius" in request:
+        if request["pooled"]:
+            own = own._replace(weights=released_proportions(point.weights)[None])
+        sent = sent_params(family, point, own, n)
+        sums = whitened_sums(family, session.data, sent, float(request["radius"]))
+        session.context.state["fedmm.own"] = _record(flatten(sent._replace(weights=sums.N / n[:, None])))
+        return sums
+    sent = sent_params(family, point, own, n, request.get("centre_variance"), int(request["n_clients"]))
+    reply, state = session.strategy().client_step(family, session.data, session.state(), Broadcast(sent))
+    session.save(state)
+    session.context.state["fedmm.own"] = _record(flatten(MixtureParams(reply.weights, reply.theta, reply.scale)))
+    return clip_rows(encode_update(family, point.theta.shape[-1], reply, point), float(request["clip"]))[0]
 
 
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,
-            "step": _step, "loglik": _loglik, "fit_weights": _fit_weights, "folds": _folds, "held_out": _held_out}
+            "step": _step, "private_step": _private_step, "loglik": _loglik, "fit_weights": _fit_weights,
+            "folds": _folds, "held_out": _held_out}

@@ -27,12 +27,13 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
-from ..privacy import (PrivateSums, PrivateTransport, capped_sizes, decode, released_proportions, scale_of,
+from ..privacy import (PrivateSums, PrivateTransport, capped_sizes, decode, encode, released_proportions, scale_of,
                        shared_point, sums_from_vector)
 from ..protocol import ClientMessage
-from .codec import all_bytes
+from .codec import all_bytes, flatten
+from .server import _arrays_ok
 
-__all__ = ["SecureRounds", "QUANTIZATION_RANGE", "quantization_range"]
+__all__ = ["SecureRounds", "LocalNoiseRounds", "QUANTIZATION_RANGE", "quantization_range"]
 
 #: Flower's default number of quantization levels; fewer for many clients, so that the sum of ``K`` quantized
 #: updates stays below the masks' modulus, ``2^32``.
@@ -111,10 +112,7 @@ class SecureRounds(PrivateTransport):
         if isinstance(average, PrivateSums):
             return self._sums(point, average, every), np.arange(K)
         weights = np.maximum(np.rint(capped_sizes(self.n_samples)), 1).astype(int)
-        settings = {"clip": float(average.clip), "n_clients": K}
-        if average.robust:
-            settings["centre_variance"] = float(average.centre_variance)
-        mean = self._secure_mean(point, settings, weights, average.clip)
+        mean = self._secure_mean(point, self._settings(average), weights, average.clip)
         weights, theta, log_scale = decode(self.family, average.d, mean, point)
         scale = scale_of(self.family, average.d, log_scale, point)
         messages = ClientMessage(self.n_samples, np.zeros(K), every(weights), every(theta), every(scale), None)
@@ -126,13 +124,21 @@ class SecureRounds(PrivateTransport):
         one message the server hands :class:`~fedmm.privacy.PrivateSums`). Every coordinate of a client's sums
         over its size lies within ``max(1, radius)`` (squares: its square), the range SecAgg+ clips to."""
         n = self.n_samples
-        settings = {"radius": float(average.radius), "n_clients": self.n_clients, "pooled": bool(average.pooled)}
         bound = max(1.0, average.radius) ** (2 if self.family.estimates_scale else 1)
-        mean = self._secure_mean(point, settings, n.astype(int), bound)
+        mean = self._secure_mean(point, self._settings(average), n.astype(int), bound)
         total = sums_from_vector(mean[None] * n.sum(), self.family, point)
         R = point.weights.size
         return ClientMessage(n, np.zeros(len(n)), np.zeros((len(n), R)), every(point.theta), every(point.scale),
                              total)
+
+    def _settings(self, average):
+        """What a client needs to compute its part of a round (:func:`fedmm.flower.client._private_part`)."""
+        if isinstance(average, PrivateSums):
+            return {"radius": float(average.radius), "n_clients": self.n_clients, "pooled": bool(average.pooled)}
+        settings = {"clip": float(average.clip), "n_clients": self.n_clients}
+        if average.robust:
+            settings["centre_variance"] = float(average.centre_variance)
+        return settings
 
     def _secure_mean(self, point, settings, weights, bound):
         """The clients' replies to the release ``point`` and ``settings``, their coordinates within ``bound``,
@@ -162,4 +168,36 @@ class SecureRounds(PrivateTransport):
         K = self.n_clients
         return MixtureParams(*(np.broadcast_to(a, (K,) + a.shape).copy()
                                for a in (released_proportions(point.weights), point.theta, point.scale)))
+
+
+class LocalNoiseRounds(SecureRounds):
+    """The transport of a private fit's rounds under local noise over :class:`fedmm.flower.server.FlowerClients`:
+    every round the query ``private_step``, to which each client replies with its clipped update (each row
+    private: its E-step's sums) with its own noise on it, in the clear, since the noise is what protects it.
+    The server checks each reply's shape and finiteness and hands them, as the clients' messages, to the
+    server's side (:class:`fedmm.privacy.PrivateAverage`: FedGrEM's robust centre, FedEM's average;
+    :class:`fedmm.privacy.PrivateSums`: their total)."""
+
+    def step(self, strategy, broadcast, heard=None):
+        K, average, family = self.n_clients, self._average, self.family
+        if heard is not None and len(heard) < K:
+            raise ValueError("A private fit across parties hears every client in every round (participation=1, "
+                             "dropout=0).")
+        point = shared_point(broadcast.params)
+        sums = isinstance(average, PrivateSums)
+        settings = self._settings(average) | {"sigma": float(average.sigma)}
+        one = MixtureParams(*(a[None] for a in point))
+        R, p = point.theta.shape
+        m = R * (1 + p + point.scale.shape[-1] * family.estimates_scale) if sums else \
+            encode(family, average.d, one, point).shape[1]
+        replies = self._clients._ask("private_step", [flatten(one)] * K,
+                                     lambda k, v: _arrays_ok(v, {"update": (m,)}), required=True, **settings)
+        update = np.stack([replies[k]["update"] for k in range(K)])
+        every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
+        if sums:
+            return ClientMessage(self.n_samples, np.zeros(K), np.zeros((K, point.weights.size)), every(point.theta),
+                                 every(point.scale), sums_from_vector(update, family, point)), np.arange(K)
+        weights, theta, log_scale = decode(family, average.d, update, point)
+        return ClientMessage(self.n_samples, np.zeros(K), weights, theta, scale_of(family, average.d, log_scale, point),
+                             None), np.arange(K)
 

@@ -86,11 +86,8 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
     privacy = getattr(estimator, "privacy", None)
-    if privacy is not None and privacy.noise != "central":
-        raise ValueError("Across parties privacy= runs with noise='central', its rounds under secure aggregation "
-                         "(docs/privacy.md); noise='local' runs in one process for now.")
     if privacy is not None and (getattr(strategy, "participation", 1.0) < 1.0 or getattr(strategy, "dropout", 0.0) > 0):
-        raise ValueError("A private fit under secure aggregation hears every client in every round (its noise is "
+        raise ValueError("A private fit across parties hears every client in every round (its noise is "
                          "calibrated for all their shares): use participation=1 and dropout=0.")
     if not strategy.robust:
         warnings.warn(f"method={estimator.method!r} makes no promise against malicious parties: one party's "
@@ -255,9 +252,11 @@ class FlowerClients:
         return messages._replace(n=self.n_samples[replied]), replied
 
     def private(self, average):
-        """The transport of a private fit's rounds: secure aggregation (:class:`fedmm.flower.secure.SecureRounds`)."""
-        from .secure import SecureRounds
-        return SecureRounds(self, average)
+        """The transport of a private fit's rounds: secure aggregation under central noise
+        (:class:`fedmm.flower.secure.SecureRounds`), each client's own noise under local noise
+        (:class:`fedmm.flower.secure.LocalNoiseRounds`)."""
+        from .secure import LocalNoiseRounds, SecureRounds
+        return (SecureRounds if average.noise == "central" else LocalNoiseRounds)(self, average)
 
     def loglik(self, params):
         replies = self._ask("loglik", [flatten(take(params, k)) for k in range(self.n_clients)],
