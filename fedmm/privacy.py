@@ -29,7 +29,8 @@ The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
     update (the distance between two points of the ball); the server averages the noisy updates (FedEM) or
     takes their :func:`robust_centre` (FedGrEM: one party's pull is at most its share of ``clip``, whatever
     it sends);
-- **FedGrEM's clients** take gradient M-steps from their own components, which each computes from the release
+- **FedGrEM's clients** take their M-steps (gradient steps of the M-step's length, ``eta_rule="current"``: the
+  rounds are few and fixed) from their own components, which each computes from the release
   and its own last estimate (:func:`personal_components`, the central problem's shrinkage step);
 - **the model** is the mean of the last stage's released rounds after its first quarter, by which EM has
   settled (Polyak-Ruppert averaging); each split grows from the mean of its stage's second half

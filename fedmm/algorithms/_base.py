@@ -36,7 +36,7 @@ def grem_update(family, stats, params, eta, n_k):
     return MixtureParams(stats.N / n_k[:, None], theta, family.update_scale(stats, theta))
 
 
-ETA_RULES = ("safeguarded", "initial")
+ETA_RULES = ("safeguarded", "initial", "current")
 
 
 def step_sizes(w0, stats, n_k, C_eta, rule):
@@ -54,11 +54,18 @@ def step_sizes(w0, stats, n_k, C_eta, rule):
     ``C_eta <= 1`` every step moves ``theta`` towards the M-step solution
     and increases Q-hat, as a generalized EM step.
 
+    ``"current"``: ``C_eta / max(w_hat^{[t]}, 1 / n_k)``, this round's weights alone: with ``C_eta = 1``
+    the M-step of the means (FedGrEM Algorithm 1 with its step at the M-step's length), what a private fit's
+    FedGrEM takes (:mod:`fedmm.privacy`: its rounds are few, fixed by the budget, and the server bounds each
+    client's pull by the clip already).
+
     ``w0`` are the starting weights, floored at ``1 / n_k`` (one sample's worth)
     so an empty starting component cannot give an infinite step.
     """
     if rule == "initial":
         return C_eta / w0
+    if rule == "current":
+        return C_eta / np.maximum(stats.N / n_k[:, None], 1.0 / n_k[:, None])
     return C_eta / np.maximum(w0, stats.N / n_k[:, None])
 
 
@@ -266,10 +273,11 @@ class GradientStrategy(Strategy):
     C_eta : float in (0, 2), default=1.0
         Gradient steps ``eta_r^{(k)} = C_eta / w_hat_r^{(k)[0]}`` (FedGrEM App. A.1, Cor. A.12; App. B.1
         tests 0.55 to 1.35; :func:`step_sizes`).
-    eta_rule : {"safeguarded", "initial"}, default="safeguarded"
+    eta_rule : {"safeguarded", "initial", "current"}, default="safeguarded"
         ``"initial"``: the paper's fixed ``C_eta / w_hat^{[0]}``; ``"safeguarded"``:
         ``C_eta / max(w_hat^{[0]}, w_hat^{[t]})``, the same while weights do not grow, and it cannot
-        overshoot when they do.
+        overshoot when they do; ``"current"``: ``C_eta / w_hat^{[t]}``, the M-step's length at ``C_eta = 1``
+        (a private fit's, :mod:`fedmm.privacy`).
     """
 
     _parameter_constraints = {

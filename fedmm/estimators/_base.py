@@ -187,13 +187,16 @@ class _FederatedMixture(BaseEstimator, ABC):
                              "covariance_type 'diag', 'spherical', 'full' or 'identity' for now; got "
                              f"method={strategy.name!r}" + (", covariance_type='tied'." if family.covariance_type ==
                                                              "tied" else "."))
-        server_options = set(strategy.get_params()) - {"C_eta", "eta_rule", "participation", "dropout"}
-        changed = sorted(k for k in server_options
-                         if repr(strategy.get_params()[k]) != repr(type(strategy)().get_params()[k]))
+        fixed = set(strategy.get_params()) - {"participation", "dropout"}
+        changed = sorted(k for k in fixed if repr(strategy.get_params()[k]) != repr(type(strategy)().get_params()[k]))
         if changed:
-            raise ValueError(f"Under privacy the server's options {changed} of method={strategy.name!r} do not "
-                             "apply (its centre is the clipped updates' and its penalty the clip: docs/privacy.md); "
-                             "leave them at their defaults.")
+            raise ValueError(f"Under privacy the options {changed} of method={strategy.name!r} do not apply (its "
+                             "centre is the clipped updates', its penalty the clip, and its clients take their "
+                             "M-step: docs/privacy.md); leave them at their defaults.")
+        if "eta_rule" in fixed:
+            # FedGrEM's clients go the whole way to their M-step: a private fit's rounds are few, fixed by the
+            # budget, and the clip bounds each one's pull already (docs/privacy.md).
+            strategy.set_params(eta_rule="current")
         if self.n_init != 1 or self.init != "auto" or self.warm_start or privacy.rounds < self.n_components:
             raise ValueError("A private fit runs once from a public start (one component split into more, or "
                              "means_init), a stage of rounds per component: use n_init=1, init='auto', "
