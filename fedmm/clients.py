@@ -165,11 +165,10 @@ class LocalClients:
 
     def whitened_sums(self, params, radius, which=None):
         """The clients' (``which``: those only) E-step sums about their rows of ``params`` in the components'
-        own units, each row's deviations within ``radius`` (:func:`fedmm.privacy.whitened_sums`: a private round
-        at the level of samples)."""
-        from .privacy import whitened_sums
+        own units, each row's deviations within ``radius`` (:meth:`fedmm.families.GaussianFamily.whitened_sums`:
+        a private round at the level of samples, :mod:`fedmm.privacy`)."""
         data = self.data if which is None else self.data.clients(np.asarray(which))
-        sums = whitened_sums(self.family, data, params, radius)
+        sums = self.family.whitened_sums(data, params, radius)
         self._record("sums", which, params, sums)
         return sums
 

@@ -44,7 +44,7 @@ The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
 
 **At the level of samples** (``unit="sample"``: neighbouring federations differ by one row of one client) the
 clients send the sums of their E-step instead, in the released components' own units with each row's deviation
-clipped (:func:`whitened_sums`, pfl's centred and rescaled statistics), so that one row's part of them is
+clipped (:meth:`~fedmm.families.GaussianFamily.whitened_sums`, pfl's centred and rescaled statistics), so that one row's part of them is
 bounded whatever the client's size; the server adds them up, the noise goes on the total (or on each client's
 sums under local noise; :func:`sums_noise`), and the release is the M-step of the noisy totals
 (:func:`whitened_m_step`, :class:`PrivateSums`): DP-EM (Park et al., AISTATS 2017), federated. The server needs
@@ -66,11 +66,12 @@ from .algorithms.central import _soft_threshold, central_update
 from .algorithms.fedem import FedEM, SharedComponents
 from .algorithms.pooled import PooledEM
 from .families import MixtureParams, pool_stats
+from .families.gaussian import WhitenedSums
 from .protocol import Broadcast, ClientMessage, put, take
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "sums_noise", "whitened_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "sums_noise", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -137,14 +138,14 @@ def clip_rows(v, clip):
 
 
 def row_radius(n_features):
-    """How far one row's whitened deviation from a component may reach before it is clipped (:func:`whitened_sums`):
+    """How far one row's whitened deviation from a component may reach before it is clipped (:meth:`~fedmm.families.GaussianFamily.whitened_sums`):
     the square root of the chi-square 0.999 quantile with ``n_features`` degrees of freedom, so that the rows of
     a component itself are clipped one time in a thousand (the rows of others carry responsibilities near 0)."""
     return float(np.sqrt(stats.chi2.ppf(ROW_QUANTILE, n_features)))
 
 
 def sums_noise(family, radius):
-    """The standard deviations of the noise on each field of :func:`whitened_sums` (``N``, ``Sz``, ``Szz``) per
+    """The standard deviations of the noise on each field of :meth:`~fedmm.families.GaussianFamily.whitened_sums` (``N``, ``Sz``, ``Szz``) per
     unit of the noise multiplier, for deviations within ``radius`` ``c``: ``(1, c, c^2) / sqrt(f)``, the
     fields' shares ``f`` of the sensitivity :data:`SUMS_SHARES`.
 
@@ -157,40 +158,8 @@ def sums_noise(family, radius):
     return np.array([1.0, radius, radius ** 2])[:len(shares)] / np.sqrt(shares / shares.sum())
 
 
-class WhitenedSums(NamedTuple):
-    """A client's E-step sums about the components it was sent, in their own units (:func:`whitened_sums`):
-    ``N`` (K, R), ``Sz`` (K, R, p) and ``Szz`` (K, R, s), s as the variances' (none where they are fixed)."""
-
-    N: np.ndarray
-    Sz: np.ndarray
-    Szz: np.ndarray | None
-
-
-def whitened_sums(family, data, params, radius):
-    """Each client's sums of ``g_ir``, ``g_ir z_ir`` and ``g_ir`` times the squares of ``z_ir``, the row's
-    deviation from component ``r`` in the component's own units (``z = P^T (x - mu_r)``,
-    :meth:`~fedmm.families.GaussianFamily.whiten`) shrunk into the ball of ``radius``: pfl's centred and
-    rescaled statistics (``ExpectationMaximizationGMM``), whose noise is then relative to each component's
-    spread whatever the data's range. Squares: ``z^2`` (diagonal variances), ``||z||^2`` (spherical), ``z z^T``
-    flattened (full)."""
-    g = np.exp(family.log_resp(data, params)[1])
-    k = np.repeat(np.arange(data.n_clients), data.n_samples)
-    z = family.whiten(data.X[:, None, :] - params.theta[k], params.scale[k])
-    norms = np.linalg.norm(z, axis=-1, keepdims=True)
-    z *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
-    gz = g[..., None] * z
-    if not family.estimates_scale:
-        squares = None
-    elif family.covariance_type == "full":
-        squares = (gz[..., :, None] * z[..., None, :]).reshape(gz.shape[:-1] + (-1,))
-    else:
-        squares = gz * z if family.covariance_type == "diag" else np.sum(gz * z, axis=-1, keepdims=True)
-    starts = data.offsets[:-1]
-    return WhitenedSums(*(None if f is None else np.add.reduceat(f, starts, axis=0) for f in (g, gz, squares)))
-
-
 def sums_vector(sums):
-    """(K, m): each client's :class:`WhitenedSums` as one vector (what it sends under secure aggregation)."""
+    """(K, m): each client's :class:`~fedmm.families.gaussian.WhitenedSums` as one vector (what it sends under secure aggregation)."""
     return np.concatenate([f.reshape(len(f), -1) for f in sums if f is not None], axis=1)
 
 
@@ -209,7 +178,7 @@ def noised(sums, sd, random_state):
 
 
 def whitened_m_step(family, total, point, sd):
-    """The M-step of the totals ``total`` (:class:`WhitenedSums`, leading axis 1) about the components of
+    """The M-step of the totals ``total`` (:class:`~fedmm.families.gaussian.WhitenedSums`, leading axis 1) about the components of
     ``point``: ``delta_r = Sz_r / N_r`` moves each mean by ``unwhiten(delta_r)``, and the variances are the
     point's scaled by ``Szz_r / N_r - delta_r^2`` in their own units (``L (Szz_r / N_r - delta delta^T) L^T``
     for full ones, ``Sigma = L L^T``). ``sd``: the noise's standard deviations on the fields' sums (:func:`sums_noise`); each count is
@@ -325,7 +294,7 @@ class DifferentialPrivacy(BaseEstimator):
         Whom the guarantee protects. ``"client"``: a whole client, all its rows (neighbouring federations
         differ by one client). ``"sample"``: one row of one client (they differ by one row), for clients that
         hold other people's records, a hospital's patients say. The clients then send the sums of their
-        E-step in the components' own units, each row's deviation from a component clipped (:func:`whitened_sums`;
+        E-step in the components' own units, each row's deviation from a component clipped (:meth:`~fedmm.families.GaussianFamily.whitened_sums`;
         ``clip`` does not apply), and the noise on the sums is that of one row among all of them
         (:class:`PrivateSums`): far less than a client's. It runs ``method="fedem"`` and ``"pooled-em"``, the
         methods whose server needs only sums, under either noise.
@@ -587,7 +556,7 @@ class PrivateSums(PrivateAverage):
     al., AISTATS 2017) with pfl's centred and rescaled statistics, federated.
 
     Each round every client sends the sums of its E-step about the released components, at its own proportions,
-    in the components' own units (:func:`whitened_sums`). The server adds them up, with Gaussian noise of
+    in the components' own units (:meth:`~fedmm.families.GaussianFamily.whitened_sums`). The server adds them up, with Gaussian noise of
     ``sigma`` times :func:`sums_noise` on the totals under central noise (under local noise each client's own
     on its sums), and the M-step of the noisy totals (:func:`whitened_m_step`) is the release: the shared
     components, and the pooled proportions. FedEM's clients keep their own proportions; pooled EM's take the
@@ -687,7 +656,7 @@ class PrivateClients(PrivateTransport):
                            centre_variance if self._average.robust else None)
 
     def _sums(self, sent, heard):
-        """The round at the level of samples: the clients ``heard`` send their :func:`whitened_sums` at ``sent``
+        """The round at the level of samples: the clients ``heard`` send their :meth:`~fedmm.families.GaussianFamily.whitened_sums` at ``sent``
         (under local noise each with its own noise on them), and keep their own proportions from them."""
         average = self._average
         replied = np.arange(self.n_clients) if heard is None else np.asarray(heard)

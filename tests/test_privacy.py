@@ -367,15 +367,15 @@ def test_one_row_moves_the_sums_by_at_most_their_sensitivity(covariance_type, se
     deviation per unit of sigma (sums_noise), differ by at most 1 in Euclidean norm, whatever the row and the
     components: the Gaussian mechanism's sensitivity the noise is calibrated for."""
     from fedmm.data import FederatedData
-    from fedmm.privacy import row_radius, sums_noise, whitened_sums
+    from fedmm.privacy import row_radius, sums_noise
     family, data, params = _sums_setting(covariance_type, K=1, seed=seed)
     radius = row_radius(4)
     row = np.random.RandomState(seed).standard_normal((1, 4)) * (1.0 + far)
     more = FederatedData.from_input([np.vstack([data.X, row])])
     sd = sums_noise(family, radius)
     flat = lambda sums: np.concatenate([f.ravel() / v for f, v in zip(sums, sd)])  # noqa: E731
-    change = np.linalg.norm(flat(whitened_sums(family, more, params, radius))
-                            - flat(whitened_sums(family, data, params, radius)))
+    change = np.linalg.norm(flat(family.whitened_sums(more, params, radius))
+                            - flat(family.whitened_sums(data, params, radius)))
     assert change <= 1.0 + 1e-9
 
 
@@ -384,11 +384,11 @@ def test_the_whitened_m_step_is_ems_m_step_when_no_row_is_clipped(covariance_typ
     """Without noise and with no row clipped, the M-step of the pooled whitened sums about the sent components
     is EM's M-step of the pooled sums (the oracle, fedmm.families), whatever components they were taken about."""
     from fedmm.families import pool_stats
-    from fedmm.privacy import whitened_m_step, whitened_sums
+    from fedmm.privacy import whitened_m_step
     family, data, params = _sums_setting(covariance_type, K=3)
     shared = MixtureParams(params.weights, np.broadcast_to(params.theta[0], params.theta.shape),
                            np.broadcast_to(params.scale[0], params.scale.shape))
-    sums = whitened_sums(family, data, shared, np.inf)
+    sums = family.whitened_sums(data, shared, np.inf)
     weights, theta, scale = whitened_m_step(family, pool_stats(sums), shared_point(shared), np.zeros(3))
     stats = pool_stats(family.estep(data, shared)[1])
     expected_theta, expected_scale = family.m_step(stats)

@@ -24,6 +24,15 @@ class GaussianStats(NamedTuple):
     Sxx: np.ndarray | None
 
 
+class WhitenedSums(NamedTuple):
+    """Per-client sums about given components in their own units (:meth:`GaussianFamily.whitened_sums`):
+    ``N`` (K, R), ``Sz`` (K, R, d) and ``Szz`` (K, R, s), s as the variances' (None where they are fixed)."""
+
+    N: np.ndarray
+    Sz: np.ndarray
+    Szz: np.ndarray | None
+
+
 class GaussianFamily(Family):
     """Components ``N(mu_r, Sigma_r)``.
 
@@ -251,6 +260,28 @@ class GaussianFamily(Family):
         np.maximum(var, 0.0, out=var)
         var += self.reg_covar
         return var
+
+    def whitened_sums(self, data, params, radius):
+        """Each client's sums of ``g_ir``, ``g_ir z_ir`` and ``g_ir`` times the squares of ``z_ir``, row ``i``'s
+        deviation from component ``r`` in the component's own units (``z = P^T (x - mu_r)``, :meth:`whiten`)
+        shrunk into the ball of ``radius``: pfl's centred and rescaled statistics (``ExpectationMaximizationGMM``),
+        whose part from one row is bounded whatever the row, and relative to each component's spread whatever
+        the data's range (a private fit at the level of samples, :mod:`fedmm.privacy`). Squares: ``z^2``
+        (diagonal variances), ``||z||^2`` (spherical), ``z z^T`` flattened (full); none for identity ones."""
+        g = np.exp(self.log_resp(data, params)[1])
+        k = np.repeat(np.arange(data.n_clients), data.n_samples)
+        z = self.whiten(data.X[:, None, :] - params.theta[k], params.scale[k])
+        norms = np.linalg.norm(z, axis=-1, keepdims=True)
+        z *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+        gz = g[..., None] * z
+        if not self.estimates_scale:
+            squares = None
+        elif self.covariance_type in ("full", "tied"):
+            squares = (gz[..., :, None] * z[..., None, :]).reshape(gz.shape[:-1] + (-1,))
+        else:
+            squares = gz * z if self.covariance_type == "diag" else np.sum(gz * z, axis=-1, keepdims=True)
+        starts = data.offsets[:-1]
+        return WhitenedSums(*(None if f is None else np.add.reduceat(f, starts, axis=0) for f in (g, gz, squares)))
 
     def initial_resp(self, X, y, n_components, random_state):
         """Hard labels of one k-means run (greedy k-means++ seeding, then Lloyd; :mod:`fedmm.kmeans`)."""

@@ -59,8 +59,7 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
-from ..privacy import (clip_rows, noised, released_proportions, sent_params, shared_point, sums_noise, sums_vector,
-                       whitened_sums)
+from ..privacy import clip_rows, noised, released_proportions, sent_params, shared_point, sums_noise, sums_vector
 from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
@@ -322,13 +321,13 @@ def _private_step(session, values, request):
 def _private_part(session, point, request):
     """The client's part of a private round about the release ``point``, from its own proportions (pooled EM:
     the released ones) and, under FedGrEM, its own components: its clipped update (each client private), or its
-    :func:`~fedmm.privacy.whitened_sums` (each row, ``radius`` in ``request``). It keeps its own estimate."""
+    :meth:`~fedmm.families.GaussianFamily.whitened_sums` (each row, ``radius`` in ``request``). It keeps its own estimate."""
     family, n, own = session.family, session.data.n_samples, session.own()
     if "radius" in request:
         if request["pooled"]:
             own = own._replace(weights=released_proportions(point.weights)[None])
         sent = sent_params(family, point, own, n)
-        sums = whitened_sums(family, session.data, sent, float(request["radius"]))
+        sums = family.whitened_sums(session.data, sent, float(request["radius"]))
         session.context.state["fedmm.own"] = _record(flatten(sent._replace(weights=sums.N / n[:, None])))
         return sums
     sent = sent_params(family, point, own, n, request.get("centre_variance"), int(request["n_clients"]))

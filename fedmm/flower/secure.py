@@ -31,7 +31,6 @@ from ..privacy import (PrivateSums, PrivateTransport, capped_sizes, decode, enco
                        shared_point, sums_from_vector)
 from ..protocol import ClientMessage
 from .codec import all_bytes, flatten
-from .server import _arrays_ok
 
 __all__ = ["SecureRounds", "LocalNoiseRounds", "QUANTIZATION_RANGE", "quantization_range"]
 
@@ -190,9 +189,7 @@ class LocalNoiseRounds(SecureRounds):
         R, p = point.theta.shape
         m = R * (1 + p + point.scale.shape[-1] * family.estimates_scale) if sums else \
             encode(family, average.d, one, point).shape[1]
-        replies = self._clients._ask("private_step", [flatten(one)] * K,
-                                     lambda k, v: _arrays_ok(v, {"update": (m,)}), required=True, **settings)
-        update = np.stack([replies[k]["update"] for k in range(K)])
+        update = self._clients.private_step(flatten(one), m, settings)
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
         if sums:
             return ClientMessage(self.n_samples, np.zeros(K), np.zeros((K, point.weights.size)), every(point.theta),

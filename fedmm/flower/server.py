@@ -251,6 +251,13 @@ class FlowerClients:
         messages = stack([unflatten(ClientMessage, replies[k], nested={"stats": self._stats_type}) for k in replied])
         return messages._replace(n=self.n_samples[replied]), replied
 
+    def private_step(self, release, length, settings):
+        """(K, length): every client's reply to a private round under local noise (the query ``private_step``:
+        ``release`` the released components, flattened; :class:`fedmm.flower.secure.LocalNoiseRounds`)."""
+        replies = self._ask("private_step", [release] * self.n_clients,
+                            lambda k, v: _arrays_ok(v, {"update": (length,)}), required=True, **settings)
+        return np.stack([replies[k]["update"] for k in range(self.n_clients)])
+
     def private(self, average):
         """The transport of a private fit's rounds: secure aggregation under central noise
         (:class:`fedmm.flower.secure.SecureRounds`), each client's own noise under local noise
