@@ -466,3 +466,22 @@ def test_a_private_fedgrems_clients_take_their_m_step():
     np.testing.assert_allclose(grem.scale[held], em.scale[held], rtol=1e-12)
     model = _fit(X, method="fedgrem", n_components=2)
     assert model.method_.eta_rule == "current"
+
+
+@pytest.mark.parametrize("method", ["fedgrem", "fedem"])
+def test_without_privacy_no_private_code_runs(method, monkeypatch):
+    """privacy=None (the default) costs nothing: the fit never reaches fedmm.privacy (every part of it raises
+    here), and it is the fit without the argument, bit for bit."""
+    import fedmm.estimators._base as base
+    X, _ = make_federated_gmm(5, 80, random_state=0)
+    plain = FederatedGaussianMixture(3, method=method, random_state=0).fit(X)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a fit without privacy ran private code")
+    for name in ("PrivateAverage", "PrivateClients", "PrivateSums", "noise_multiplier", "epsilon_spent",
+                 "centre_start", "split_component", "stage_rounds", "released_proportions"):
+        monkeypatch.setattr(base, name, forbidden)
+    model = FederatedGaussianMixture(3, method=method, random_state=0, privacy=None).fit(X)
+    np.testing.assert_array_equal(model.means_, plain.means_)
+    np.testing.assert_array_equal(model.weights_, plain.weights_)
+    assert not hasattr(model, "privacy_spent_")

@@ -36,10 +36,11 @@ class FederatedGaussianMixture(_FederatedMixture):
     means_init : array-like of shape (n_components, n_features) or (n_clients, n_components, n_features), optional
         Initial means; when given, they are the only start (assumed aligned).
     privacy : fedmm.privacy.DifferentialPrivacy, optional
-        Client-level differential privacy for the fit (``method="fedem"`` or ``"fedgrem"``, noise on the
-        aggregate or on each client's message; ``docs/privacy.md``): the fit
-        then runs exactly ``privacy.rounds`` rounds from a public start (or ``means_init``), and
-        ``privacy_spent_`` says what they spent.
+        Differential privacy for the fit, of each client (``method="fedem"`` or ``"fedgrem"``) or of each row
+        (``unit="sample"``: ``"fedem"`` or ``"pooled-em"``), noise on the aggregate or on each client's
+        message (``docs/privacy.md``): the fit then runs exactly ``privacy.rounds`` rounds from a public
+        start (or ``means_init``), and ``privacy_spent_`` says what they spent. None (the default) runs
+        none of it.
 
     Attributes
     ----------
