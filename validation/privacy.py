@@ -45,7 +45,7 @@ from fedmm.metrics import estimation_errors
 from fedmm.privacy import DifferentialPrivacy, centre_start, clip_rows, noise_multiplier, split_component, stage_rounds
 from fedmm.simulate import make_federated_gmm
 
-EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, None)   # None: no privacy
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, None)   # None: no privacy
 QUICK_EPSILONS = (4.0, None)
 BOUNDS, DELTA = (-7.0, 7.0), 1e-6
 #: The target: the private error at epsilon = 4 over the plain one, medians over seeds.
