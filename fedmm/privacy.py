@@ -55,8 +55,6 @@ delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``pr
 estimator's ``privacy_spent_`` is what its rounds spent by the same accountant.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from scipy import stats
 from sklearn.base import BaseEstimator
@@ -64,14 +62,14 @@ from sklearn.base import BaseEstimator
 from . import _params as P
 from .algorithms.central import _soft_threshold, central_update
 from .algorithms.fedem import FedEM, SharedComponents
-from .algorithms.pooled import PooledEM
 from .families import MixtureParams, pool_stats
 from .families.gaussian import WhitenedSums
 from .protocol import Broadcast, ClientMessage, put, take
+from .robust import trusted_sizes
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "sums_noise", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -169,6 +167,28 @@ def sums_from_vector(v, family, point):
     s = point.scale.shape[-1] if family.estimates_scale else 0
     N, Sz, Szz = np.split(v, [R, R + R * p], axis=1)
     return WhitenedSums(N, Sz.reshape(-1, R, p), Szz.reshape(-1, R, s) if s else None)
+
+
+def bounded_sums(family, sums, n, radius, sd):
+    """Each client's sums (K rows) as the server counts them. A party's sums and size are claims
+    (``docs/threat-model.md``): every coordinate is kept within what ``n_k`` rows can add up to (counts in
+    ``[0, n_k]``, deviations' sums within ``n_k radius``, squares' within ``[0, n_k radius^2]``, full ones'
+    off-diagonal within ``-n_k radius^2``), widened by six of the noise standard deviations ``sd`` per field
+    that each party's own noise adds under local noise (zeros otherwise); then each client counts by its
+    trusted size (:func:`fedmm.robust.trusted_sizes`), its sums scaled by ``trusted / n_k``. Honest sums pass
+    unchanged where no size exceeds the cap; one party adds at most the sums of four median clients."""
+    n = np.asarray(n, dtype=float)
+    scale = trusted_sizes(n) / n
+    square_low = -1.0 if family.covariance_type in ("full", "tied") else 0.0
+    limits = [(0.0, 1.0), (-radius, radius), (square_low * radius ** 2, radius ** 2)]
+    out = []
+    for f, v, (low, high) in zip(sums, sd, limits):
+        if f is None:
+            out.append(None)
+            continue
+        size = n.reshape((-1,) + (1,) * (f.ndim - 1))
+        out.append(np.clip(f, low * size - 6.0 * v, high * size + 6.0 * v) * scale.reshape(size.shape))
+    return type(sums)(*out)
 
 
 def noised(sums, sd, random_state):
@@ -663,8 +683,10 @@ class PrivateClients(PrivateTransport):
         sums = self._clients.whitened_sums(take(sent, replied), average.radius, heard)
         n = self.n_samples[replied]
         self.own = put(self.own, replied, self.own.take(replied)._replace(weights=sums.N / n[:, None]))
-        if average.noise == "local":
+        local = average.noise == "local"
+        if local:
             sums = noised(sums, average.row_sd, self._noise)
+        sums = bounded_sums(self.family, sums, n, average.radius, average.row_sd * local)
         K = len(replied)
         messages = ClientMessage(n, np.zeros(K), np.zeros((K, sums.N.shape[1])), sent.theta[replied],
                                  sent.scale[replied], sums)

@@ -485,3 +485,25 @@ def test_without_privacy_no_private_code_runs(method, monkeypatch):
     np.testing.assert_array_equal(model.means_, plain.means_)
     np.testing.assert_array_equal(model.weights_, plain.weights_)
     assert not hasattr(model, "privacy_spent_")
+
+
+def test_one_partys_sums_count_for_at_most_what_its_trusted_size_allows():
+    """Each row private, a party's sums and size are claims: sums of honest clients of equal sizes pass
+    unchanged; sums no rows could add up to are kept within what their size allows (plus six noise sds), and a
+    size claim of 1e6 among clients of 100 counts as SIZE_CAP = 4 median clients."""
+    from fedmm.families.gaussian import WhitenedSums
+    from fedmm.privacy import bounded_sums, row_radius
+    family, data, params = _sums_setting("diag", n=50, K=3)
+    radius = row_radius(4)
+    honest = family.whitened_sums(data, params, radius)
+    sd = np.zeros(3)
+    for f, g in zip(bounded_sums(family, honest, data.n_samples, radius, sd), honest):
+        np.testing.assert_array_equal(f, g)
+    K, R, d = honest.Sz.shape
+    liar = WhitenedSums(np.full((K, R), 1e12), np.full((K, R, d), -1e12), np.full((K, R, d), 1e12))
+    n = np.array([100.0, 100.0, 1e6])
+    kept = bounded_sums(family, liar, n, radius, np.array([1.0, 2.0, 3.0]))
+    cap = np.array([100.0, 100.0, 400.0])
+    np.testing.assert_allclose(kept.N, ((n + 6.0) * cap / n)[:, None] * np.ones(R))
+    np.testing.assert_allclose(kept.Sz, (-(n * radius + 12.0) * cap / n)[:, None, None] * np.ones((R, d)))
+    np.testing.assert_allclose(kept.Szz, ((n * radius ** 2 + 18.0) * cap / n)[:, None, None] * np.ones((R, d)))

@@ -27,8 +27,9 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
-from ..privacy import (PrivateSums, PrivateTransport, capped_sizes, decode, encode, released_proportions, scale_of,
-                       shared_point, sums_from_vector)
+from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, capped_sizes, decode, encode,
+                       released_proportions, scale_of, shared_point, sums_from_vector)
+from ..robust import trusted_sizes
 from ..protocol import ClientMessage
 from .codec import all_bytes, flatten
 
@@ -124,8 +125,10 @@ class SecureRounds(PrivateTransport):
         over its size lies within ``max(1, radius)`` (squares: its square), the range SecAgg+ clips to."""
         n = self.n_samples
         bound = max(1.0, average.radius) ** (2 if self.family.estimates_scale else 1)
-        mean = self._secure_mean(point, self._settings(average), n.astype(int), bound)
-        total = sums_from_vector(mean[None] * n.sum(), self.family, point)
+        # Each client counts by its trusted size (a size is a claim): as in one process (bounded_sums).
+        weights = np.maximum(np.rint(trusted_sizes(n)), 1).astype(int)
+        mean = self._secure_mean(point, self._settings(average), weights, bound)
+        total = sums_from_vector(mean[None] * weights.sum(), self.family, point)
         R = point.weights.size
         return ClientMessage(n, np.zeros(len(n)), np.zeros((len(n), R)), every(point.theta), every(point.scale),
                              total)
@@ -191,9 +194,11 @@ class LocalNoiseRounds(SecureRounds):
             encode(family, average.d, one, point).shape[1]
         update = self._clients.private_step(flatten(one), m, settings)
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
-        if sums:
+        if sums:   # in the clear: each party's sums bounded by its size's (bounded_sums)
+            total = bounded_sums(family, sums_from_vector(update, family, point), self.n_samples, average.radius,
+                                 average.row_sd)
             return ClientMessage(self.n_samples, np.zeros(K), np.zeros((K, point.weights.size)), every(point.theta),
-                                 every(point.scale), sums_from_vector(update, family, point)), np.arange(K)
+                                 every(point.scale), total), np.arange(K)
         weights, theta, log_scale = decode(family, average.d, update, point)
         return ClientMessage(self.n_samples, np.zeros(K), weights, theta, scale_of(family, average.d, log_scale, point),
                              None), np.arange(K)
