@@ -150,8 +150,8 @@ def sums_noise(family, radius):
     One row adds ``g_r``, ``g_r z_r`` and ``g_r s(z_r)`` over the components, with ``sum_r g_r = 1``,
     ``||z_r|| <= c`` and squares ``s(z)`` (``z^2``, ``||z||^2`` or ``z z^T``) of norm at most ``||z||^2``: the
     fields scaled by ``sqrt(f) / (1, c, c^2)`` move by at most ``sqrt(f)`` each, 1 together, the sensitivity of
-    the scaled sums, which carry noise ``sigma`` (the Gaussian mechanism), ``sigma (1, c, c^2) / sqrt(f)``
-    scaled back."""
+    the scaled sums, which carry noise ``sigma`` (the Gaussian mechanism, composed by Rényi DP: Mironov 2017,
+    Prop. 7 and Cor. 3), ``sigma (1, c, c^2) / sqrt(f)`` scaled back."""
     shares = np.array(SUMS_SHARES[:3 if family.estimates_scale else 2])
     return np.array([1.0, radius, radius ** 2])[:len(shares)] / np.sqrt(shares / shares.sum())
 
@@ -198,7 +198,7 @@ def noised(sums, sd, random_state):
 
 
 def whitened_m_step(family, total, point, sd):
-    """The M-step of the totals ``total`` (:class:`~fedmm.families.gaussian.WhitenedSums`, leading axis 1) about the components of
+    """EM's M-step (FedGrEM App. E.2; DP-EM's on noisy sums, Park et al. 2017, Alg. 1) of the totals ``total`` (:class:`~fedmm.families.gaussian.WhitenedSums`, leading axis 1) about the components of
     ``point``: ``delta_r = Sz_r / N_r`` moves each mean by ``unwhiten(delta_r)``, and the variances are the
     point's scaled by ``Szz_r / N_r - delta_r^2`` in their own units (``L (Szz_r / N_r - delta delta^T) L^T``
     for full ones, ``Sigma = L L^T``). ``sd``: the noise's standard deviations on the fields' sums (:func:`sums_noise`); each count is
