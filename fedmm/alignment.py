@@ -128,6 +128,21 @@ def _match(reference_cost):
     return linear_sum_assignment(reference_cost)[1]
 
 
+def match_each(reference, theta):
+    """Each client's optimal labelling of ``theta[k]`` (K, R, p) against its own ``reference[k]``: the
+    permutation ``pi`` minimizing ``sum_r ||reference_kr - theta[k, pi(r)]||`` (K, R).
+
+    The identity wherever each ``reference_kr`` is nearest ``theta_kr`` (the sum of the rows' minima bounds
+    every labelling's total from below), the Hungarian algorithm for the other clients.
+    """
+    cost = np.linalg.norm(reference[:, :, None, :] - theta[:, None, :, :], axis=-1)    # (K, R, R)
+    R = cost.shape[1]
+    perms = np.tile(np.arange(R), (len(cost), 1))
+    for k in np.flatnonzero((cost.argmin(axis=2) != np.arange(R)).any(axis=1)):
+        perms[k] = _match(cost[k])
+    return perms
+
+
 def _stepwise(theta, order):
     """Alignment Algorithm 2: each client in turn takes the labelling closest to those already fixed.
 

@@ -103,6 +103,18 @@ class FederatedData:
         first = np.cumsum(sizes) - sizes  # where each client's rows begin in the result
         return np.arange(sizes.sum()) + np.repeat(self.offsets[index] - first, sizes)
 
+    def copies(self):
+        """(K,) for each client the position of an earlier client whose rows (and responses) it repeats bit for
+        bit, -1 for none: the same data loaded twice, or a party that copies another's. Across parties the
+        server counts such a copy once (its replies repeat the first's, :class:`fedmm.flower.server.FlowerClients`);
+        in one process the fit names it (:func:`check_copies`)."""
+        first, out = {}, np.full(self.n_clients, -1, dtype=np.intp)
+        for k in range(self.n_clients):
+            one = self.client_data(k)
+            key = (one.X.tobytes(), None if one.y is None else one.y.tobytes())
+            out[k] = first.setdefault(key, k)
+        return np.where(out == np.arange(self.n_clients), -1, out)
+
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""
         return FederatedData(X, self.y, self.offsets, self.client_ids, self.order, self.feature_names)
@@ -217,6 +229,25 @@ def check_components(n_samples, client_ids, n_components, *, per_client, stackle
     warnings.warn(f"{names} {'has' if small.size == 1 else 'have'} fewer samples than "
                   f"n_components={n_components}; their local estimates rest on the other clients.",
                   UserWarning, stacklevel=stacklevel)
+
+
+class CopiedClientWarning(UserWarning):
+    """Clients whose rows repeat another client's bit for bit."""
+
+
+def check_copies(data, stacklevel=4):
+    """Warn of clients whose rows repeat an earlier client's (:meth:`FederatedData.copies`); their positions."""
+    copies = data.copies()
+    copied = np.flatnonzero(copies >= 0)
+    if copied.size:
+        pairs = ", ".join(f"{_name(k, data.client_ids[k])} repeats {_name(j, data.client_ids[j])}"
+                          for k, j in zip(copied[:5], copies[copied[:5]]))
+        warnings.warn(f"{copied.size} client(s) hold another client's rows bit for bit ({pairs}"
+                      f"{', ...' if copied.size > 5 else ''}): the same data loaded twice, or a party copying "
+                      "another's. Each copy counts as a client of its own in this fit, twice the original's "
+                      "weight; remove the copies to count each party once, as the server across parties does. "
+                      "FedGrEM lists them in suspected_outliers_.", CopiedClientWarning, stacklevel=stacklevel)
+    return copied
 
 
 class SingularComponentWarning(UserWarning):

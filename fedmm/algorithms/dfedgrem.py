@@ -36,7 +36,7 @@ from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import DFedEM, mixing_schedule
 from ._base import Strategy
-from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule
+from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule, scale_deviation
 
 
 class DFedGrEMState(NamedTuple):
@@ -120,7 +120,7 @@ class DFedGrEM(FedGrEM):
             lam = self._pilot(None if state.lam is None else state.lam[k], scheduled, t)
             lam_scale = penalty_schedule(self.penalty, self.penalty_params, q, K, n)(t)
             memory = (np.nan, np.nan, 0.0) if state.lam_memory is None else state.lam_memory[k]
-            params, grouped, sigma, scale_pooled, warned, lam, memory = self._pool(
+            params, grouped, sigma, scale_pooled, own_scale, warned, lam, memory = self._pool(
                 take(messages, near), family, lam, lam_scale, t, warned, scheduled, memory, state.w0[near], None)
             central = grouped.central
             memories.append(memory)
@@ -130,7 +130,8 @@ class DFedGrEM(FedGrEM):
                                       central.distance[i:i + 1], central.threshold[i:i + 1],
                                       np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1],
                                       np.array([[objective_scale(lam, scheduled)]]), np.array([k]),
-                                      central.center[None] * sigma, central.distance[i:i + 1]))
+                                      central.center[None] * sigma, central.distance[i:i + 1],
+                                      scale_deviation(family, own_scale, p, np.ones(len(near), bool))[i:i + 1]))
             lams.append(lam)
             iterations = max(iterations, central.n_iter)
         params = stack(rows)

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from .. import _params as P
 from ..alignment import ALIGNMENT_METHODS
 from ..clients import LocalClients, fit_weights, server_side
-from ..data import FederatedData, check_component_sizes, check_components, check_empty_components
+from ..data import FederatedData, check_component_sizes, check_components, check_copies, check_empty_components
 from ..engine import Participation, Progress, fit_restarts, run_rounds
 from ..families import MixtureParams
 from ..initialization import INITS, align_params, make_starts
@@ -133,8 +133,18 @@ class _FederatedMixture(BaseEstimator, ABC):
             self.feature_names_in_ = data.feature_names
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        return self._fit_clients(strategy, family, server_side(LocalClients(family, data)), data.client_ids,
-                                 data.n_features)
+        copied = data.client_ids[check_copies(data, stacklevel=4)]
+        self._fit_clients(strategy, family, server_side(LocalClients(family, data)), data.client_ids, data.n_features)
+        return self.name_suspects(strategy, copied)
+
+    def name_suspects(self, strategy, ids):
+        """Put the clients ``ids``, caught by other means than the outlier statistic (rows that copy another
+        client's, replies relabelled by their party: ``docs/threat-model.md``), first in a robust method's
+        ``suspected_outliers_``: they are certain. Returns the estimator."""
+        if len(ids) and strategy.robust and hasattr(self, "suspected_outliers_"):
+            rest = self.suspected_outliers_[~np.isin(self.suspected_outliers_, ids)]
+            self.suspected_outliers_ = np.concatenate([np.asarray(ids), rest])
+        return self
 
     def _fit_clients(self, strategy, family, clients, client_ids, n_features):
         """The fit with the validated method object ``strategy``, talking to the clients only through
@@ -686,10 +696,14 @@ _SHARED_ATTRS_DOC = """
     outlier_scores_ : ndarray of shape (n_clients,)
         FedGrEM only: how far each client's estimates are from the consensus,
         against the clients' own spread (:func:`fedmm.algorithms.fedgrem.outlier_scores`);
-        above 1: significant at level 1%.
+        above 1: significant at level 1% (its means) or 0.1% (its variances,
+        :func:`fedmm.algorithms.fedgrem.variance_scores`).
     suspected_outliers_ : ndarray
         FedGrEM only: ids of the clients with score above 1, most suspect first
-        (an honest client is flagged about 2% of the time on the paper's design).
+        (an honest client is flagged about 2% of the time on the paper's design),
+        after the clients caught otherwise: in one process a client whose rows
+        repeat another's (:class:`fedmm.CopiedClientWarning`), on Flower a party
+        whose replies came relabelled.
     restarted_clients_ : ndarray
         FedGrEM only: ids of the clients whose restart from the consensus was
         kept (``center_restarts``).
