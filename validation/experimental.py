@@ -28,11 +28,11 @@ class ExperimentalFedGrEM(FedGrEM):
 
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored", penalty_params=None,
                  center_restarts=1, pooling_sizes="information", pool_variances=True, central_tol=1e-10,
-                 central_max_iter=1000, n_centers=1, participation=1.0, dropout=0.0, centre_margins=False,
-                 shrinkage="soft"):
+                 central_max_iter=1000, n_centers=1, reweighting=True, participation=1.0, dropout=0.0,
+                 centre_margins=False, shrinkage="soft"):
         super().__init__(C_eta=C_eta, eta_rule=eta_rule, penalty=penalty, penalty_params=penalty_params,
                          center_restarts=center_restarts, pooling_sizes=pooling_sizes, pool_variances=pool_variances,
                          central_tol=central_tol, central_max_iter=central_max_iter, participation=participation,
-                         dropout=dropout, n_centers=n_centers)
+                         dropout=dropout, n_centers=n_centers, reweighting=reweighting)
         self.centre_margins = centre_margins
         self.shrinkage = shrinkage

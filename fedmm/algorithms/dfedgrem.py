@@ -85,7 +85,7 @@ class DFedGrEM(FedGrEM):
 
     name = "d-fedgrem"
     _parameter_constraints = {**{k: v for k, v in FedGrEM._parameter_constraints.items()
-                                 if k not in ("participation", "dropout", "n_centers")},
+                                 if k not in ("participation", "dropout", "n_centers", "reweighting")},
                               "graph": DFedEM._parameter_constraints["graph"],
                               "random_state": P.random_state}
     client_server = False
