@@ -124,9 +124,9 @@ def test_covariance_starts_quick(capsys):
 @pytest.mark.parametrize("option", ["centre_margins=True", pytest.param("shrinkage=linear", marks=pytest.mark.slow)])
 def test_fedgrem_options_quick(capsys, option):
     """The paired comparison of an experiment outside FedGrEM's API with the defaults runs end to end (two
-    replications of the quick cases; one experiment in the default run, both with -m slow); the numbers are
-    the full runs', in docs/research/fedgrem-options.md."""
-    assert _load("fedgrem_options").main(["--option", option, "--quick"]) == 0
+    replications of the quick simulated designs, the real-data cases in the full form; one experiment in the
+    default run, both with -m slow); the numbers are the full runs', in docs/research/fedgrem-options.md."""
+    assert _load("fedgrem_options").main(["--option", option, "--quick", "--only", "design"]) == 0
     out = capsys.readouterr().out
     assert f"| defaults | {option} |" in out and "| GMM design, h = 0 | 2 |" in out
 
