@@ -52,8 +52,11 @@ only the total, so it runs under secure aggregation too; the noise is one row's 
 
 ``sigma`` is calibrated before the first round so that the ``rounds`` compose to ``(epsilon,
 delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``privacy`` extra); the fitted
-estimator's ``privacy_spent_`` is what its rounds spent by the same accountant.
+estimator's ``privacy_spent_`` is what its rounds spent by the same accountant. ``rounds="auto"`` (the default)
+runs :data:`ROUNDS` where a stage of them can carry the fit, and the fewest otherwise (:func:`calibrated_rounds`).
 """
+
+import warnings
 
 import numpy as np
 from scipy import stats
@@ -69,7 +72,7 @@ from .robust import trusted_sizes
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "calibrated_rounds", "release_sd", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -88,6 +91,8 @@ ROW_QUANTILE = 0.999
 #: paper's design with 100 clients (3 seeds), against equal shares: the same largest error under central noise
 #: (0.06-0.07 at epsilon 4), and under local noise at epsilon 4 0.19 against 6.5-10.
 SUMS_SHARES = (0.05, 0.2, 0.75)
+#: The rounds of ``rounds="auto"`` where a stage of them can carry the fit (:func:`calibrated_rounds`).
+ROUNDS = 40
 #: The smallest variance a release keeps, over the box's half-width squared (:func:`in_the_box`).
 VARIANCE_FLOOR = 1e-6
 #: The chance that a client on the consensus keeps a part of its own components under FedGrEM
@@ -127,6 +132,47 @@ def noise_multiplier(epsilon, delta, rounds):
     dp = _accounting()
     return dp.calibrate_dp_mechanism(dp.rdp.RdpAccountant, lambda s: _rounds_event(s, rounds), epsilon, delta,
                                      dp.LowerEndpointAndGuess(1e-3, 1.0))
+
+
+def release_sd(sigma, share, noise):
+    """The standard deviation of a client-level release's noise on each coordinate of the average update, per
+    unit of ``clip``: ``sigma max_k s_k`` under central noise (one client's share of the average, its
+    sensitivity), ``2 sigma sqrt(sum_k s_k^2)`` under local noise (each client's own ``2 sigma clip`` in the
+    shares' average)."""
+    if noise == "central":
+        return sigma * share.max()
+    return 2.0 * sigma * np.sqrt(np.sum(share ** 2))
+
+
+def calibrated_rounds(privacy, n_samples, n_components, update_size):
+    """The rounds a private fit runs: ``privacy.rounds``, or for ``"auto"`` :data:`ROUNDS` where a stage of
+    them can carry the fit, and ``n_components`` (one round a stage, the fewest) where it cannot, with a
+    warning. Decided from public numbers only (the budget, the sizes, the model's shape).
+
+    Each round the clients' clipped average pulls the release at most ``clip`` towards EM's fixed point and the
+    noise pushes it by ``r clip`` (its norm over the ``update_size`` coordinates of :func:`encode`, ``r =``
+    :func:`release_sd` ``sqrt(update_size)``). Over a stage of ``n`` rounds the noise spreads the release by
+    ``r clip sqrt(n)`` and the pull can undo ``n clip``: the pull holds the release within the stage only where
+    ``r^2 <= n``, for the early stages' ``n`` of :func:`stage_rounds`. ``r^2`` grows about as the rounds do
+    (``sigma^2`` does), so where it fails for :data:`ROUNDS` it fails for any number, and the releases wander
+    (to the box's edges); the fewest rounds wander least, each with the least noise. At the level of samples
+    (``unit="sample"``) the noise is one row's among all the rows and :data:`ROUNDS` run."""
+    if privacy.rounds != "auto":
+        return privacy.rounds
+    if privacy.unit == "sample":
+        return ROUNDS
+    sigma = noise_multiplier(privacy.epsilon, privacy.delta, ROUNDS)
+    r = release_sd(sigma, capped_shares(np.asarray(n_samples, dtype=float)), privacy.noise) * np.sqrt(update_size)
+    stage = stage_rounds(ROUNDS, n_components)[0]
+    if r ** 2 <= stage:
+        return ROUNDS
+    warnings.warn(f"DifferentialPrivacy(epsilon={privacy.epsilon:g}, noise={privacy.noise!r}) over "
+                  f"{len(n_samples)} clients: each round's noise would be {r:.1f} times the largest pull of the "
+                  f"clients' clipped updates, beyond the {np.sqrt(stage):.1f} a stage of rounds can carry; the fit "
+                  f"runs the fewest rounds ({n_components}, one per component) and stays near its public start. "
+                  "More clients, a larger epsilon or unit='sample' let it learn (docs/privacy.md).", UserWarning,
+                  stacklevel=6)   # the user's fit(): fit, _fit, _fit_clients, _fit_private, here
+    return n_components
 
 
 def clip_rows(v, clip):
@@ -299,10 +345,13 @@ class DifferentialPrivacy(BaseEstimator):
         log-variances together, where a coordinate estimated from ``N`` rows moves by about
         ``1 / sqrt(N)``. Updates beyond it are shrunk onto it: too small and the rounds cannot carry the
         components where they belong, too large and the noise grows with it.
-    rounds : int, default=40
+    rounds : int or "auto", default="auto"
         The rounds the fit runs, all of them (the log-likelihoods a stopping rule would read are not
         released), and the budget is shared between: ``sigma`` grows about as ``sqrt(rounds)``. At least
-        ``n_components`` (a stage each); the estimator's ``max_iter`` does not apply.
+        ``n_components`` (a stage each); the estimator's ``max_iter`` does not apply. ``"auto"``: 40 where
+        the clients' clipped pull can hold each stage's releases against the noise, and ``n_components`` with
+        a warning where it cannot (too few clients for the budget: :func:`calibrated_rounds`); the fitted
+        estimator's ``n_iter_`` says how many ran.
     noise : {"central", "local"}, default="central"
         Where the noise goes. ``"central"``: on the aggregate, by a server trusted with each client's update
         (or one that sees only their sum under secure aggregation); the noise is that of one client's share
@@ -331,12 +380,13 @@ class DifferentialPrivacy(BaseEstimator):
         "delta": P.real(0.0, 1.0, low_open=True, high_open=True),
         "bounds": P.instance(tuple, list, text="a pair (lower, upper)"),
         "clip": P.real(0.0, np.inf, low_open=True, high_open=True),
-        "rounds": P.integer(1),
+        "rounds": P.any_of(P.integer(1), P.one_of("auto")),
         "noise": P.one_of(*NOISE),
         "unit": P.one_of(*UNITS),
     }
 
-    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=1.0, rounds=40, noise="central", unit="client"):
+    def __init__(self, epsilon=4.0, delta=1e-6, bounds=None, clip=1.0, rounds="auto", noise="central",
+                 unit="client"):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -413,6 +463,12 @@ def encode(family, n_features, params, point):
         parts.append((family.log_scale(params.scale, n_features)
                       - family.log_scale(point.scale, n_features)).reshape(lead + (-1,)))
     return np.concatenate(parts, axis=-1)
+
+
+def update_size(family, n_features, n_components):
+    """``m``, the length of one client's update (:func:`encode`) for ``n_components`` components."""
+    one = centre_start(family, 1, np.zeros(n_features))
+    return n_components * encode(family, n_features, one, shared_point(one)).shape[-1]
 
 
 def decode(family, n_features, v, point):
@@ -532,11 +588,7 @@ class PrivateAverage:
     def server_start(self, family, start, n_k):
         """The public start, alike for every client, and the release's noise variance per whitened coordinate
         from the public sizes (``centre_variance``: what the clients' personal step allows for)."""
-        share = capped_shares(n_k)
-        if self.noise == "central":
-            self.centre_variance = (self.sigma * self.clip * share.max()) ** 2
-        else:   # each client's own noise, 2 sigma clip, in the shares' average
-            self.centre_variance = (2.0 * self.sigma * self.clip) ** 2 * np.sum(share ** 2)
+        self.centre_variance = (self.clip * release_sd(self.sigma, capped_shares(n_k), self.noise)) ** 2
         self.point = shared_point(start)
         return Broadcast(start), SharedComponents(self.point.theta)
 
@@ -544,7 +596,7 @@ class PrivateAverage:
         share = capped_shares(messages.n)
         update = encode(self.family, self.d, messages, self.point)
         if self.noise == "central":
-            noise = self.sigma * self.clip * share.max()
+            noise = self.clip * release_sd(self.sigma, share, self.noise)
             mean = share @ clip_rows(update, self.clip) + noise * self.random_state.standard_normal(update.shape[1])
         elif self.robust:
             mean = robust_centre(update, share, self.clip)

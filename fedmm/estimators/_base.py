@@ -22,8 +22,8 @@ from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
 from ..privacy import METHODS as PRIVATE_METHODS
-from ..privacy import (PrivateAverage, PrivateClients, PrivateSums, centre_start, epsilon_spent, noise_multiplier,
-                       released_proportions, split_component, stage_rounds)
+from ..privacy import (PrivateAverage, PrivateClients, PrivateSums, calibrated_rounds, centre_start, epsilon_spent,
+                       noise_multiplier, released_proportions, split_component, stage_rounds, update_size)
 from ..robust import client_median
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
@@ -190,7 +190,8 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _fit_private(self, strategy, family, clients, client_ids, privacy, rng):
         """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
-        ``privacy.rounds`` rounds whose aggregate is clipped and noised; nothing else is asked of the clients."""
+        ``privacy``'s rounds (:func:`fedmm.privacy.calibrated_rounds`) whose aggregate is clipped and noised;
+        nothing else is asked of the clients."""
         methods = PRIVATE_METHODS[privacy.unit]
         if strategy.name not in methods or getattr(family, "covariance_type", None) == "tied":
             raise ValueError(f"privacy= with unit={privacy.unit!r} runs method={' or '.join(map(repr, methods))} with "
@@ -207,12 +208,14 @@ class _FederatedMixture(BaseEstimator, ABC):
             # FedGrEM's clients go the whole way to their M-step: a private fit's rounds are few, fixed by the
             # budget, and the clip bounds each one's pull already (docs/privacy.md).
             strategy.set_params(eta_rule="current")
-        if self.n_init != 1 or self.init != "auto" or self.warm_start or privacy.rounds < self.n_components:
+        if (self.n_init != 1 or self.init != "auto" or self.warm_start
+                or privacy.rounds != "auto" and privacy.rounds < self.n_components):
             raise ValueError("A private fit runs once from a public start (one component split into more, or "
                              "means_init), a stage of rounds per component: use n_init=1, init='auto', "
                              "warm_start=False and DifferentialPrivacy(rounds=...) >= n_components.")
         d, K, R = self.n_features_in_, clients.n_clients, self.n_components
-        sigma = noise_multiplier(privacy.epsilon, privacy.delta, privacy.rounds)
+        n_rounds = calibrated_rounds(privacy, clients.n_samples, R, update_size(family, d, R))
+        sigma = noise_multiplier(privacy.epsilon, privacy.delta, n_rounds)
         moments = privacy.moments(d)
         units = family.units(moments)
         box = np.sort(family.to_internal(np.stack(privacy.box(d)), units), axis=0)   # the bounds in the fit's units
@@ -229,14 +232,14 @@ class _FederatedMixture(BaseEstimator, ABC):
         if strategy.participation < 1.0 or strategy.dropout > 0.0:
             participation = Participation(strategy.participation, strategy.dropout, rng.randint(2 ** 31 - 1))
         if user is None:   # one component at the centre, split into more at public rounds
-            start, stages = centre_start(family, K, centre), stage_rounds(privacy.rounds, R)
+            start, stages = centre_start(family, K, centre), stage_rounds(n_rounds, R)
         else:
             weights, theta = user
             start = centre_start(family, K, centre)
             start = MixtureParams(np.full((K, R), 1.0 / R) if weights is None else np.broadcast_to(weights, (K, R)),
                                   np.broadcast_to(theta, (K, R, d)).copy(),
                                   np.repeat(start.scale, R, axis=1))
-            stages = [privacy.rounds]
+            stages = [n_rounds]
         passes = []
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731  (one row per client)
         for i, rounds in enumerate(stages):

@@ -38,9 +38,9 @@ class FederatedGaussianMixture(_FederatedMixture):
     privacy : fedmm.privacy.DifferentialPrivacy, optional
         Differential privacy for the fit, of each client (``method="fedem"`` or ``"fedgrem"``) or of each row
         (``unit="sample"``: ``"fedem"`` or ``"pooled-em"``), noise on the aggregate or on each client's
-        message (``docs/privacy.md``): the fit then runs exactly ``privacy.rounds`` rounds from a public
-        start (or ``means_init``), and ``privacy_spent_`` says what they spent. None (the default) runs
-        none of it.
+        message (``docs/privacy.md``): the fit then runs exactly the rounds ``privacy`` calibrates its noise for
+        (``n_iter_``) from a public start (or ``means_init``), and ``privacy_spent_`` says what they spent.
+        None (the default) runs none of it.
 
     Attributes
     ----------
