@@ -245,6 +245,7 @@ def test_component_pooling_sizes_use_each_components_effective_size_at_the_start
         FederatedGaussianMixture(3, covariance_type="identity", method=FedGrEM(pooling_sizes="component")).fit(X)
 
 
+@pytest.mark.slow  # an experiment's regression test (validation/experimental.py), 11 s: outside the default run
 def test_component_pooling_sizes_do_not_collapse_a_component():
     """At the current weights a component pooled onto a centre away from its data lost weight, its threshold
     grew and pooled it harder: on the paper's MoR design at h = 2 (seed 2) client 0's fourth component
