@@ -72,7 +72,7 @@ from .robust import trusted_sizes
 from .units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "calibrated_rounds", "release_sd", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "calibrated_rounds", "release_sd", "update_size", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -142,7 +142,8 @@ def release_sd(sigma, share, noise):
     """The standard deviation of a client-level release's noise on each coordinate of the average update, per
     unit of ``clip``: ``sigma max_k s_k`` under central noise (one client's share of the average, its
     sensitivity), ``2 sigma sqrt(sum_k s_k^2)`` under local noise (each client's own ``2 sigma clip`` in the
-    shares' average)."""
+    shares' average). The central one is DP-FedAvg's bounded-sensitivity average (McMahan et al., ICLR 2018,
+    Sec. 2 and Alg. 1, the fixed-denominator estimator with each update clipped to ``clip``)."""
     if noise == "central":
         return sigma * share.max()
     return 2.0 * sigma * np.sqrt(np.sum(share ** 2))
@@ -151,7 +152,8 @@ def release_sd(sigma, share, noise):
 def calibrated_rounds(privacy, n_samples, n_components, update_size):
     """The rounds a private fit runs: ``privacy.rounds``, or for ``"auto"`` :data:`ROUNDS` where a stage of
     them can carry the fit, and ``n_components`` (one round a stage, the fewest) where it cannot, with a
-    warning. Decided from public numbers only (the budget, the sizes, the model's shape).
+    warning. Decided from public numbers only (the budget, the sizes capped at the median one, the model's
+    shape). fedmm's own rule, from no paper: its reasoning is below, its constant :data:`CARRIED` measured.
 
     Each round the clients' clipped average pulls the release at most ``clip`` towards EM's fixed point and the
     noise pushes it by ``r clip`` (its norm over the ``update_size`` coordinates of :func:`encode`, ``r =``
@@ -173,8 +175,9 @@ def calibrated_rounds(privacy, n_samples, n_components, update_size):
         return ROUNDS
     warnings.warn(f"DifferentialPrivacy(epsilon={privacy.epsilon:g}, noise={privacy.noise!r}) over "
                   f"{len(n_samples)} clients: each round's noise would be {r:.1f} times the largest pull of the "
-                  f"clients' clipped updates, beyond the {np.sqrt(CARRIED * stage):.1f} a stage of rounds can carry; the fit "
-                  f"runs the fewest rounds ({n_components}, one per component) and stays near its public start. "
+                  f"clients' clipped updates, beyond the {np.sqrt(CARRIED * stage):.1f} a stage of rounds can carry; "
+                  f"the fit runs the fewest rounds ({n_components}, one per component) and stays near its public "
+                  "start. "
                   "More clients, a larger epsilon or unit='sample' let it learn (docs/privacy.md).", UserWarning,
                   stacklevel=6)   # the user's fit(): fit, _fit, _fit_clients, _fit_private, here
     return n_components
