@@ -260,6 +260,7 @@ class _FederatedMixture(BaseEstimator, ABC):
                                      diagnostics=passes[-1].diagnostics._replace(center=point.theta))
         self.penalty_selection_ = None
         self.noise_multiplier_ = sigma
+        self.releases_ = [family.to_original(release, units) for release in average.release_history()]
         self.privacy_spent_ = (float(epsilon_spent(sigma, average.releases, privacy.delta)), float(privacy.delta))
         return self._set_fitted(strategy, family, clients, client_ids, result, None, units, np.nan, server=average)
 

@@ -2,11 +2,13 @@
 
 ``privacy=DifferentialPrivacy(epsilon, delta, bounds=...)`` on an estimator makes its fit
 ``(epsilon, delta)``-differentially private at the level of clients (the unit of federated learning's DP,
-McMahan et al., ICLR 2018): under central noise, two federations are neighbours when one client is added or
-removed with all its rows; under local noise, each client's messages are private whatever its rows are
-(any two data sets of one client are neighbours). What the shared model, and so every other client and
-whoever reads the fit (under local noise: the server too), learns about one client is then bounded whatever
-that client's rows are.
+McMahan et al., ICLR 2018) for this **neighbouring relation**: two federations are neighbours when they have
+the same clients with the same sizes (the roster, public: the server talks to every client and weighs it by
+its size) and differ in one client's rows, which may be anything. Under local noise each client's own
+messages are private for the same relation (any two data sets of one client). What the shared model, and so
+every other client and whoever reads the fit (under local noise: the server too), learns about one client's
+rows is then bounded whatever they are. A client present against one that sends nothing (its share lost, not
+redistributed) is covered too (half the distance); two rosters of different clients are not neighbours.
 
 The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
 
@@ -19,11 +21,11 @@ The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
   (:func:`encode`): its proportions less ``1 / R``, its means' displacement in the sent components' own units
   (Mahalanobis) and its log-variances' (:meth:`~fedmm.families.Family.log_scale`), clipped to Euclidean norm
   ``clip``. Shares ``s_k = n_k / n`` weigh the clients (sizes public and capped at the median one, the
-  denominator ``n`` fixed: :func:`capped_shares`).
+  shares fixed from the roster before the first round: :func:`capped_shares`).
 
   - central noise: the server averages the clipped updates with the shares and adds Gaussian noise of
-    standard deviation ``sigma * clip * max_k s_k``, the average's sensitivity to one client added or
-    removed. For FedGrEM this average is one step towards the centre of its central problem with penalty
+    standard deviation ``2 sigma clip max_k s_k``, the average's sensitivity to one client's rows replaced
+    (:func:`release_sd`). For FedGrEM this average is one step towards the centre of its central problem with penalty
     ``clip`` (:func:`robust_centre`), to which the rounds converge;
   - local noise: each client adds Gaussian noise of standard deviation ``2 sigma clip`` to its own clipped
     update (the distance between two points of the ball); the server averages the noisy updates (FedEM) or
@@ -42,13 +44,18 @@ The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
   and the release, and go back to it only: what it alone uses (joint differential privacy, Kearns et al.
   2014). The guarantee covers the shared components.
 
-**At the level of samples** (``unit="sample"``: neighbouring federations differ by one row of one client) the
+**At the level of samples** (``unit="sample"``: neighbouring federations have the same clients with the same
+sizes and differ in one row of one client, which may be anything) the
 clients send the sums of their E-step instead, in the released components' own units with each row's deviation
 clipped (:meth:`~fedmm.families.GaussianFamily.whitened_sums`, pfl's centred and rescaled statistics), so that one row's part of them is
 bounded whatever the client's size; the server adds them up, the noise goes on the total (or on each client's
 sums under local noise; :func:`sums_noise`), and the release is the M-step of the noisy totals
 (:func:`whitened_m_step`, :class:`PrivateSums`): DP-EM (Park et al., AISTATS 2017), federated. The server needs
-only the total, so it runs under secure aggregation too; the noise is one row's among all the rows.
+only the total, so it runs under secure aggregation too; the noise is one row's among all the rows
+(:func:`row_sensitivity`).
+
+:mod:`fedmm.privacy.audit` checks these promises as an outsider would: neighbouring federations built to be
+told apart, many fits of each, and a lower confidence bound on the epsilon the releases show.
 
 ``sigma`` is calibrated before the first round so that the ``rounds`` compose to ``(epsilon,
 delta)`` under Rényi DP (Mironov 2017), by Google's ``dp-accounting`` (the ``privacy`` extra); the fitted
@@ -62,17 +69,17 @@ import numpy as np
 from scipy import stats
 from sklearn.base import BaseEstimator
 
-from . import _params as P
-from .algorithms.central import _soft_threshold, central_update
-from .algorithms.fedem import FedEM, SharedComponents
-from .families import MixtureParams, pool_stats
-from .families.gaussian import WhitenedSums
-from .protocol import Broadcast, ClientMessage, put, take
-from .robust import trusted_sizes
-from .units import Moments
+from .. import _params as P
+from ..algorithms.central import _soft_threshold, central_update
+from ..algorithms.fedem import FedEM, SharedComponents
+from ..families import MixtureParams, pool_stats
+from ..families.gaussian import WhitenedSums
+from ..protocol import Broadcast, ClientMessage, put, take
+from ..robust import trusted_sizes
+from ..units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "calibrated_rounds", "release_sd", "update_size", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "calibrated_rounds", "release_sd", "update_size", "sums_shares", "row_sensitivity", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -140,12 +147,19 @@ def noise_multiplier(epsilon, delta, rounds):
 
 def release_sd(sigma, share, noise):
     """The standard deviation of a client-level release's noise on each coordinate of the average update, per
-    unit of ``clip``: ``sigma max_k s_k`` under central noise (one client's share of the average, its
-    sensitivity), ``2 sigma sqrt(sum_k s_k^2)`` under local noise (each client's own ``2 sigma clip`` in the
-    shares' average). The central one is DP-FedAvg's bounded-sensitivity average (McMahan et al., ICLR 2018,
-    Sec. 2 and Alg. 1, the fixed-denominator estimator with each update clipped to ``clip``)."""
+    unit of ``clip``: ``2 sigma max_k s_k`` under central noise, ``2 sigma sqrt(sum_k s_k^2)`` under local noise
+    (each client's own ``2 sigma clip`` in the shares' average).
+
+    Neighbouring federations have the same clients with the same sizes (the roster is public: the server talks to
+    every client, and the shares ``s_k`` are fixed from the sizes before the first round) and differ in one
+    client's rows, which may be anything. Its clipped update then moves anywhere in the ball of radius ``clip``:
+    by up to ``2 clip`` (the ball's diameter), and the shares' average by ``2 clip s_k``, the sensitivity the
+    noise is ``sigma`` times. This is DP-FedAvg's bounded-sensitivity estimator with a fixed denominator (McMahan
+    et al., ICLR 2018, Sec. 2 and Alg. 1) for replace-one neighbours: their add/remove sensitivity is ``clip
+    s_k``, but a denominator computed from the clients present moves every other client's share when one is
+    added, and the average by up to ``2 clip s_k`` (``docs/privacy.md``)."""
     if noise == "central":
-        return sigma * share.max()
+        return 2.0 * sigma * share.max()
     return 2.0 * sigma * np.sqrt(np.sum(share ** 2))
 
 
@@ -196,18 +210,39 @@ def row_radius(n_features):
     return float(np.sqrt(stats.chi2.ppf(ROW_QUANTILE, n_features)))
 
 
-def sums_noise(family, radius):
-    """The standard deviations of the noise on each field of :meth:`~fedmm.families.GaussianFamily.whitened_sums` (``N``, ``Sz``, ``Szz``) per
-    unit of the noise multiplier, for deviations within ``radius`` ``c``: ``(1, c, c^2) / sqrt(f)``, the
-    fields' shares ``f`` of the sensitivity :data:`SUMS_SHARES`.
-
-    One row adds ``g_r``, ``g_r z_r`` and ``g_r s(z_r)`` over the components, with ``sum_r g_r = 1``,
-    ``||z_r|| <= c`` and squares ``s(z)`` (``z^2``, ``||z||^2`` or ``z z^T``) of norm at most ``||z||^2``: the
-    fields scaled by ``sqrt(f) / (1, c, c^2)`` move by at most ``sqrt(f)`` each, 1 together, the sensitivity of
-    the scaled sums, which carry noise ``sigma`` (the Gaussian mechanism, composed by Rényi DP: Mironov 2017,
-    Prop. 7 and Cor. 3), ``sigma (1, c, c^2) / sqrt(f)`` scaled back."""
+def sums_shares(family):
+    """The shares ``f`` of the sensitivity that the fields of :meth:`~fedmm.families.GaussianFamily.whitened_sums`
+    take (:data:`SUMS_SHARES`, normalized; no squares where the model fixes the variances)."""
     shares = np.array(SUMS_SHARES[:3 if family.estimates_scale else 2])
-    return np.array([1.0, radius, radius ** 2])[:len(shares)] / np.sqrt(shares / shares.sum())
+    return shares / shares.sum()
+
+
+def row_sensitivity(family):
+    """How far one row replaced by any other moves the sums of :meth:`~fedmm.families.GaussianFamily.whitened_sums`,
+    each field scaled by ``sqrt(f) / (1, c, c^2)`` (:func:`sums_shares`; ``c`` the rows' radius):
+    ``sqrt(2 + 2 max(f_z - f_N, 0))``, ``f_N`` and ``f_z`` the counts' and the deviations' shares.
+
+    A row adds ``v = (sqrt(f_N) g_r, sqrt(f_z) g_r z_r / c, sqrt(f_zz) g_r s(z_r) / c^2)_r``, with ``sum_r g_r =
+    1``, ``||z_r|| <= c`` and squares ``s(z)`` (``z^2``, ``||z||^2`` or ``z z^T``) of norm at most ``||z||^2``, so
+    ``||v|| <= 1``. Two rows' squares have a non-negative inner product (``(z . z')^2`` for full ones), so ``<v,
+    v'> >= (f_N - f_z) sum_r g_r g'_r >= min(f_N - f_z, 0)`` and ``||v - v'||^2 <= 2 - 2 min(f_N - f_z, 0)``:
+    1.52 with the default shares (1.79 for identity variances), below the 2 of the triangle inequality."""
+    f = sums_shares(family)
+    return float(np.sqrt(2.0 + 2.0 * max(f[1] - f[0], 0.0)))
+
+
+def sums_noise(family, radius):
+    """The standard deviations of the noise on each field of :meth:`~fedmm.families.GaussianFamily.whitened_sums`
+    (``N``, ``Sz``, ``Szz``) per unit of the noise multiplier, for deviations within ``radius`` ``c``:
+    ``S (1, c, c^2) / sqrt(f)``, the fields' shares ``f`` of the sensitivity (:func:`sums_shares`) and ``S`` the
+    scaled sums' sensitivity to one row replaced (:func:`row_sensitivity`).
+
+    Neighbouring federations have the same clients with the same sizes (public) and differ in one row of one
+    client, which may be anything: the scaled sums move by at most ``S``, and carry noise ``sigma S`` (the
+    Gaussian mechanism, composed by Rényi DP: Mironov 2017, Prop. 7 and Cor. 3), ``sigma S (1, c, c^2) /
+    sqrt(f)`` scaled back."""
+    return row_sensitivity(family) * np.array([1.0, radius, radius ** 2])[:len(sums_shares(family))] / \
+        np.sqrt(sums_shares(family))
 
 
 def sums_vector(sums):
@@ -369,7 +404,8 @@ class DifferentialPrivacy(BaseEstimator):
         needs many clients (``docs/privacy.md``).
     unit : {"client", "sample"}, default="client"
         Whom the guarantee protects. ``"client"``: a whole client, all its rows (neighbouring federations
-        differ by one client). ``"sample"``: one row of one client (they differ by one row), for clients that
+        have the same clients and sizes, public, and differ in one client's rows). ``"sample"``: one row of one
+        client (they differ in one row, replaced by any other), for clients that
         hold other people's records, a hospital's patients say. The clients then send the sums of their
         E-step in the components' own units, each row's deviation from a component clipped (:meth:`~fedmm.families.GaussianFamily.whitened_sums`;
         ``clip`` does not apply), and the noise on the sums is that of one row among all of them
@@ -381,6 +417,10 @@ class DifferentialPrivacy(BaseEstimator):
     privacy_spent_ : tuple (epsilon, delta)
     noise_multiplier_ : float
         ``sigma``: the noise's standard deviation over the aggregate's sensitivity.
+    releases_ : list of MixtureParams
+        Every round's release in the data's units (what every client was sent: the released mean proportions
+        (1, R), the shared components and their variances), which the guarantee covers and an audit reads
+        (:mod:`fedmm.privacy.audit`).
     """
 
     _parameter_constraints = {
@@ -596,12 +636,13 @@ class PrivateAverage:
     def server_start(self, family, start, n_k):
         """The public start, alike for every client, and the release's noise variance per whitened coordinate
         from the public sizes (``centre_variance``: what the clients' personal step allows for)."""
-        self.centre_variance = (self.clip * release_sd(self.sigma, capped_shares(n_k), self.noise)) ** 2
+        self.share = capped_shares(n_k)   # fixed before the first round: a reply's own size is not read again
+        self.centre_variance = (self.clip * release_sd(self.sigma, self.share, self.noise)) ** 2
         self.point = shared_point(start)
         return Broadcast(start), SharedComponents(self.point.theta)
 
     def server_step(self, messages, state, t):
-        share = capped_shares(messages.n)
+        share = self.share
         update = encode(self.family, self.d, messages, self.point)
         if self.noise == "central":
             noise = self.clip * release_sd(self.sigma, share, self.noise)
@@ -622,6 +663,18 @@ class PrivateAverage:
         self.point = MixtureParams(weights, theta, scale)
         every = lambda a: np.broadcast_to(a, (n_clients,) + a.shape).copy()  # noqa: E731
         return Broadcast(MixtureParams(every(weights), every(theta), every(scale))), SharedComponents(theta)
+
+    def release_history(self):
+        """Every round's release, in order, as parameters of one row: mean proportions (1, R), theta (1, R, p),
+        scale (1, R, s) (R grows with the splits): what every client was sent, which the guarantee covers."""
+        fixed = self.point.scale[:1]   # the model's own variances, where it fixes them
+
+        def scale(log_scale):
+            if self.family.estimates_scale:
+                return self.family.exp_scale(log_scale, self.d)
+            return np.broadcast_to(fixed, (len(log_scale),) + fixed.shape[1:]).copy()
+        return [MixtureParams(weights[None], theta[None], scale(log_scale)[None])
+                for weights, theta, log_scale in self.released]
 
     def averaged(self, rounds):
         """The mean of the last ``rounds`` releases as a point (mean proportions, theta, scale) (Polyak-Ruppert
