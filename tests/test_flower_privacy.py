@@ -157,3 +157,23 @@ def test_flwr_run_gives_the_in_process_private_fit(tmp_path):
     remote, local, _ = flower_demo(n_clients=3, n_samples=100, method="fedem", workdir=tmp_path, privacy=privacy)
     np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-4)
     assert remote.privacy_spent_ == pytest.approx(local.privacy_spent_)
+
+
+@QUIET
+@pytest.mark.parametrize("method", ["fedem", "fedgrem"])
+def test_under_local_noise_a_party_beyond_what_noise_reaches_is_dropped_and_named(method, caplog):
+    """One party of four replies 1e3 in every coordinate of its update (issue 58: it stopped the fit with a
+    DivergenceError naming every client). No honest noisy update reaches local_update_limit but once in a billion
+    rounds, so the party is dropped every round, named in the log, and the fit ends as the honest parties'
+    release moves it: within 0.5 of a spread of the fit without the attack (epsilon 1e6, the same seeds)."""
+    from fedmm.flower.attacks import tampered
+    X, _ = make_federated_gmm(4, 100, random_state=0)
+    options = dict(method=method, random_state=0, means_init=make_federated_gmm(1, 10, random_state=0)[1].theta[0]
+                   + 0.5, privacy=DifferentialPrivacy(1e6, 1e-6, bounds=(-7, 7), rounds=20, noise="local"))
+    apps = [client_app(lambda ctx, k=k: (X[k], None)) for k in range(4)]
+    clean = fit(FederatedGaussianMixture(5, **options), LocalGrid(apps))
+    apps[3] = tampered(apps[3], {"private_step": lambda v: {"update": np.full_like(v["update"], 1e3)}})
+    with caplog.at_level("WARNING", logger="fedmm.flower"):
+        attacked = fit(FederatedGaussianMixture(5, **options), LocalGrid(apps))
+    assert "dropped node 4's private update" in caplog.text
+    assert np.abs(attacked.means_[:3] - clean.means_[:3]).max() < 0.5

@@ -15,6 +15,7 @@ clip for up to 500 clients (``tests/test_flower.py`` measures it), against the n
 """
 
 import itertools
+import logging
 
 import numpy as np
 import flwr.compat.common.recorddict_compat as compat
@@ -28,12 +29,14 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
 from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, capped_sizes, decode, encode,
-                       released_proportions, scale_of, shared_point, sums_from_vector)
+                       local_update_limit, released_proportions, scale_of, shared_point, sums_from_vector)
 from ..robust import trusted_sizes
 from ..protocol import ClientMessage
 from .codec import all_bytes, flatten
 
 __all__ = ["SecureRounds", "LocalNoiseRounds", "QUANTIZATION_RANGE", "quantization_range"]
+
+log = logging.getLogger("fedmm.flower")
 
 #: Flower's default number of quantization levels; fewer for many clients, so that the sum of ``K`` quantized
 #: updates stays below the masks' modulus, ``2^32``.
@@ -199,7 +202,19 @@ class LocalNoiseRounds(SecureRounds):
                                  average.row_sd)
             return ClientMessage(self.n_samples, np.zeros(K), np.zeros((K, point.weights.size)), every(point.theta),
                                  every(point.scale), total), np.arange(K)
+        update = self._honest(update, local_update_limit(average.clip, average.sigma, m))
         weights, theta, log_scale = decode(family, average.d, update, point)
         return ClientMessage(self.n_samples, np.zeros(K), weights, theta, scale_of(family, average.d, log_scale, point),
                              None), np.arange(K)
+
+    def _honest(self, update, limit):
+        """The parties' noisy updates (K, m), each beyond ``limit`` (:func:`~fedmm.privacy.local_update_limit`: no
+        honest party's reaches it) replaced by zero, the release unmoved by it: its share is lost, not given to
+        the others, and its node is named in the log."""
+        beyond = np.linalg.norm(update, axis=1) > limit
+        for k in np.flatnonzero(beyond):
+            log.warning("fedmm.flower: dropped node %s's private update of norm %.3g this round: beyond %.3g, the "
+                        "most a clipped update with its noise reaches", self._clients.nodes[k],
+                        np.linalg.norm(update[k]), limit)
+        return np.where(beyond[:, None], 0.0, update)
 

@@ -79,7 +79,7 @@ from ..robust import trusted_sizes
 from ..units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "calibrated_rounds", "release_sd", "update_size", "sums_shares", "row_sensitivity", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "calibrated_rounds", "release_sd", "local_update_limit", "update_size", "sums_shares", "row_sensitivity", "sums_noise", "bounded_sums", "sums_vector", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -195,6 +195,18 @@ def calibrated_rounds(privacy, n_samples, n_components, update_size):
                   "More clients, a larger epsilon or unit='sample' let it learn (docs/privacy.md).", UserWarning,
                   stacklevel=6)   # the user's fit(): fit, _fit, _fit_clients, _fit_private, here
     return n_components
+
+
+#: The chance per round that an honest party's noisy update lies beyond :func:`local_update_limit`.
+LIMIT_LEVEL = 1e-9
+
+
+def local_update_limit(clip, sigma, m):
+    """The largest norm an honest party's update under local noise reaches, but for a chance :data:`LIMIT_LEVEL`
+    a round: its clipped update (at most ``clip``) plus its noise, ``2 sigma clip`` times a standard Gaussian
+    vector of ``m`` coordinates, whose norm exceeds ``sqrt(m) + sqrt(2 t)`` with probability at most ``e^-t``
+    (Laurent & Massart, Ann. Statist. 2000, Lemma 1). A reply beyond it is no honest party's."""
+    return clip * (1.0 + 2.0 * sigma * (np.sqrt(m) + np.sqrt(2.0 * np.log(1.0 / LIMIT_LEVEL))))
 
 
 def clip_rows(v, clip):
