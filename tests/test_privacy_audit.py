@@ -81,3 +81,15 @@ def test_the_shares_are_fixed_from_the_roster_before_the_first_round():
         messages = messages._replace(n=claimed, theta=messages.theta + np.arange(10.0)[:, None, None])
         releases.append(average.server_step(messages, server, 1)[0].params.theta)
     np.testing.assert_array_equal(*releases)
+
+
+def test_clip_rows_clips_huge_rows_onto_the_ball_and_names_non_finite_ones():
+    """A row of norm far above 1e154 (whose squares overflow) lands on the ball, not at 0 (issue 58); a row with
+    inf or NaN is an error naming it."""
+    from fedmm.privacy import clip_rows
+    v = np.array([[1e200, -1e200, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0]])
+    clipped = clip_rows(v, 1.0)
+    np.testing.assert_allclose(clipped[0], [2 ** -0.5, -(2 ** -0.5), 0.0])
+    np.testing.assert_array_equal(clipped[1:], v[1:])
+    with pytest.raises(ValueError, match=r"row\(s\) \[1\]"):
+        clip_rows(np.array([[1.0, 0.0], [np.inf, 0.0]]), 1.0)

@@ -210,9 +210,17 @@ def local_update_limit(clip, sigma, m):
 
 
 def clip_rows(v, clip):
-    """Every row of ``v`` (K, m) scaled into the Euclidean ball of radius ``clip`` (rows inside stay as they are)."""
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v * np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
+    """Every row of ``v`` (K, m) scaled into the Euclidean ball of radius ``clip`` (rows inside stay as they are),
+    its norm taken in units of its largest coordinate so that no finite row overflows (a row of norm above 1e154
+    would square to infinity and be clipped to 0). A non-finite row is no update: a clear error names it."""
+    v = np.asarray(v, dtype=float)
+    bad = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
+    if bad.size:
+        raise ValueError(f"Update row(s) {bad[:10].tolist()} are not finite: there is nothing to clip; the client's "
+                         "step diverged.")
+    peak = np.maximum(np.abs(v).max(axis=1, keepdims=True), np.finfo(float).tiny)
+    norms = peak * np.linalg.norm(v / peak, axis=1, keepdims=True)
+    return v * np.minimum(1.0, clip / norms)
 
 
 def row_radius(n_features):
