@@ -173,8 +173,17 @@ class LocalClients:
         return sums
 
     def family_starts(self, seeds, n_components, which=None):
-        """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only)."""
-        data = self.data if which is None else self.data.clients(np.asarray(which))
+        """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only); a
+        ``ValueError`` naming the first client with fewer than ``n_components`` samples, which cannot make one."""
+        index = np.arange(self.n_clients) if which is None else np.asarray(which)
+        small = index[self.n_samples[index] < n_components]
+        if small.size:
+            k = small[0]
+            raise ValueError(f"client {k} has {self.n_samples[k]} samples, fewer than n_components={n_components}, "
+                             "so it cannot make its own start (init='family' or 'local-em' start every client from "
+                             "its own data); use init='common', or give initial values (weights_init and means_init "
+                             "/ coef_init).")
+        data = self.data if which is None else self.data.clients(index)
         starts = client_family_starts(self.family, data, n_components, seeds)
         self._record("family_start", which, 0, starts)
         return starts

@@ -64,9 +64,8 @@ __all__ = ["INITS", "make_starts", "align_params", "clustered_start", "client_fa
 def client_family_starts(clients, n_components, random_state, which=None):
     """The clients' own family starts (:func:`fedmm.clients.client_family_starts`), from a seed per client;
     ``which``: those clients only."""
-    n_k = clients.n_samples if which is None else clients.n_samples[which]
-    _check_clients_can_start(n_k, n_components)
-    return clients.family_starts(client_seeds(random_state, len(n_k)), n_components, which)
+    n_starts = clients.n_clients if which is None else len(which)
+    return clients.family_starts(client_seeds(random_state, n_starts), n_components, which)
 
 
 def clustered_start(family, starts, sizes, n_components, random_state):
@@ -85,15 +84,6 @@ def clustered_start(family, starts, sizes, n_components, random_state):
         What each client counts: :func:`fedmm.robust.trusted_sizes` of the claimed sizes.
     """
     return family.combine_starts(starts, sizes[:, None] * starts.weights, n_components, random_state)
-
-
-def _check_clients_can_start(n_samples, n_components):
-    small = np.flatnonzero(n_samples < n_components)
-    if small.size:
-        k = small[0]
-        raise ValueError(f"client {k} has {n_samples[k]} samples, fewer than n_components={n_components}, so it "
-                         "cannot make its own start (init='family' or 'local-em' start every client from its own "
-                         "data); use init='common', or give initial values (weights_init and means_init / coef_init).")
 
 
 def common_start(clients, n_components, random_state):

@@ -11,6 +11,7 @@ start's rounds run to ``max_iter`` (``docs/research/federated.md``), and the ser
 """
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ pytest.importorskip("flwr")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 import attacks as suite  # noqa: E402
 
-from fedmm.flower.attacks import ATTACKS  # noqa: E402
+from fedmm.flower.attacks import ATTACKS, MIMIC, _claims, copying, tampered  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,7 +55,7 @@ def _check(outcome, method, limit, clean, caught=True):
         assert outcome["flagged"] or not caught
 
 
-@pytest.mark.parametrize("attack", sorted(ATTACKS) + ["copy"])
+@pytest.mark.parametrize("attack", sorted(ATTACKS) + ["copy", "mimic"])
 def test_one_malicious_node_neither_stops_the_fit_nor_moves_fedgrems_honest_clients(attack, clean):
     for method in suite.METHODS:
         _check(suite.one("Flower", method, attack, 1, 0), method, suite.TARGET_ONE, clean)
@@ -86,6 +87,87 @@ def test_a_copy_of_another_nodes_replies_counts_once():
     assert [(r.node, r.action) for r in est.flower_rejections_] == [(109, "hello")]
     assert "identical to node 100's reply" in est.flower_rejections_[0].reason
     np.testing.assert_array_equal(est.client_ids_, np.arange(9))   # without the copy, names are distinct again
+
+
+def test_a_party_too_small_for_a_start_of_its_own_is_dropped_and_named():
+    """A party that claims fewer samples than components (1 to 4 of 5) cannot make the start local EM asks of every
+    client: it leaves, named, and the fit goes on (before: a ValueError aborted it). In one process the rows are
+    the user's, and the fit raises."""
+    X, _ = suite.make_federated_gmm(6, 60, random_state=0)
+    for n in (1, 4):
+        apps = [suite.client_app(lambda ctx, k=k: (X[k], None)) for k in range(6)]
+        apps[5] = tampered(apps[5], _claims(n))
+        with pytest.warns(UserWarning, match=f"client 5 \\(n={n}\\) has fewer samples than n_components=5"):
+            est = suite.fit(suite.FederatedGaussianMixture(5, init="local-em", random_state=0),
+                            suite.LocalGrid(apps))
+        assert [(r.node, r.action) for r in est.flower_rejections_] == [(6, "family_start")]
+        assert f"n = {n} samples, fewer than n_components=5" in est.flower_rejections_[0].reason
+        np.testing.assert_array_equal(est.client_ids_, np.arange(5))
+        assert len(est.suspected_outliers_) == 0
+    with pytest.warns(UserWarning, match="fewer samples"), \
+            pytest.raises(ValueError, match="client 5 has 4 samples, fewer than n_components=5"):
+        suite.FederatedGaussianMixture(5, init="local-em", random_state=0).fit([*X[:5], X[5][:4]])
+
+
+@pytest.mark.parametrize("method", ["fedgrem", "fedem"])
+def test_a_size_no_float_counts_is_dropped_and_named(method):
+    """``n = 1e300`` (sums to match) is no count: the party is refused at hello (before: FedGrEM raised a TypeError
+    on an object array of sizes, and FedEM's broadcast of them made every honest client's reply an error)."""
+    X, _ = suite.make_federated_gmm(6, 60, random_state=0)
+    apps = [suite.client_app(lambda ctx, k=k: (X[k], None)) for k in range(6)]
+    apps[5] = tampered(apps[5], _claims(1e300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # FedEM makes no promise against malicious parties
+        est = suite.fit(suite.FederatedGaussianMixture(5, method=method, init="common", random_state=0),
+                        suite.LocalGrid(apps))
+    assert [(r.node, r.action) for r in est.flower_rejections_] == [(6, "hello")]
+    assert "n = 1e+300 is not a positive integer up to 2**53" in est.flower_rejections_[0].reason
+    np.testing.assert_array_equal(est.client_ids_, np.arange(5))
+
+
+@pytest.mark.parametrize("name, reason", [("zzz", "'zzz' is a str, but most clients' names are ints"),
+                                          ([1, 2], "[1, 2] is a list, not an int or a str")],
+                         ids=["a-str-among-ints", "a-list"])
+def test_a_name_that_cannot_be_ordered_with_the_others_drops_its_party(name, reason):
+    """The server orders the clients by their names: a party named ``"zzz"`` among partition ids, or ``[1, 2]``,
+    leaves, named (before: a TypeError from sorting or hashing the names aborted the fit)."""
+    X, _ = suite.make_federated_gmm(6, 60, random_state=0)
+    apps = [suite.client_app(lambda ctx, k=k: (X[k], None)) for k in range(6)]
+    configs = [{"client-id": k} for k in range(5)] + [{"client-id": name}]
+    est = suite.fit(suite.FederatedGaussianMixture(5, init="local-em", random_state=0),
+                    suite.LocalGrid(apps, node_configs=configs))
+    assert [(r.node, r.action) for r in est.flower_rejections_] == [(6, "hello")]
+    assert reason in est.flower_rejections_[0].reason
+    np.testing.assert_array_equal(est.client_ids_, np.arange(5))
+
+
+class _LastFirst(suite.LocalGrid):
+    """A grid that asks the nodes in reverse order, as a network may deliver: later nodes' replies arrive first."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return super().send_and_receive(list(messages)[::-1], timeout=timeout)
+
+
+@pytest.mark.parametrize("factor", [1.0, MIMIC])
+def test_a_copy_counts_once_whoever_sent_it_first(factor):
+    """A party that answers with another's replies (times ``1 + 1e-12``: a mimic) is the one refused, the reply that
+    arrived second, even when its node comes first in the fit's order (before: the mimic passed, or the honest
+    party was refused as the copy of its copy)."""
+    X, _ = suite.make_federated_gmm(6, 60, random_state=0)
+    grid = copying(_LastFirst([suite.client_app(lambda ctx, k=k: (X[k], None)) for k in range(6)]), 6, 1, factor)
+    est = suite.fit(suite.FederatedGaussianMixture(5, init="local-em", random_state=0), grid)
+    assert [(r.node, r.action) for r in est.flower_rejections_] == [(1, "hello")]
+    assert "identical to node 6's reply" in est.flower_rejections_[0].reason
+    np.testing.assert_array_equal(est.client_ids_, np.arange(1, 6))
+
+
+@pytest.mark.parametrize("n_bad", [1, 3])
+def test_mimics_are_dropped_and_flag_no_honest_client(n_bad, clean):
+    """Mimics of honest parties (replies times ``1 + 1e-12``) on the suite's design: before, one got honest node 8
+    flagged, and three made FedGrEM's largest honest error 7.7 (clean 0.35) and flagged honest nodes."""
+    outcome = suite.one("Flower", "FedGrEM", "mimic", n_bad, 0)
+    assert outcome["dropped"] == n_bad and not outcome["false_flag"]
+    _check(outcome, "FedGrEM", suite.TARGET_ONE if n_bad == 1 else suite.TARGET_THREE, clean)
 
 
 def test_methods_without_the_promise_warn_on_flower():

@@ -4,7 +4,8 @@ Design (the issue's): the paper's GMM (``make_federated_gmm(10, 120)``, d = 10, 
 covariances, 10 clients of which the last 1, 2 or 3 are malicious.
 
 - **On Flower** (``fedmm.flower.fit`` over ``LocalGrid``): every attack of :data:`fedmm.flower.attacks.ATTACKS`
-  (replies that pass every format check) and ``copy`` (a node that answers with another node's replies).
+  (replies that pass every format check), ``copy`` (a node that answers with another node's replies) and
+  ``mimic`` (the same, times ``1 + 1e-12``).
 - **In one process**, where a party's only lever is the data it brings: ``heavy-shift`` (100 times the others'
   rows, shifted by +3), ``huge`` (its data times 1e12), ``label-flip`` (each sample moved from its component's
   centre to another's) and ``copy`` (another client's rows).
@@ -31,7 +32,7 @@ from joblib import Parallel, delayed
 
 from fedmm import FederatedGaussianMixture
 from fedmm.flower import client_app, fit
-from fedmm.flower.attacks import ATTACKS, copying, malicious
+from fedmm.flower.attacks import ATTACKS, MIMIC, copying, malicious
 from fedmm.flower.testing import LocalGrid
 from fedmm.metrics import estimation_errors
 from fedmm.simulate import make_federated_gmm
@@ -39,7 +40,7 @@ from fedmm.simulate import make_federated_gmm
 K, N, R = 10, 120, 5
 #: The methods with their defaults (every start is made from messages, so the defaults run across parties).
 METHODS = {"FedGrEM": dict(method="fedgrem"), "FedEM": dict(method="fedem")}
-FLOWER = tuple(ATTACKS) + ("copy",)
+FLOWER = tuple(ATTACKS) + ("copy", "mimic")
 IN_PROCESS = ("heavy-shift", "huge", "label-flip", "copy")
 QUICK = dict(flower=("shift-n", "hello-sum_x", "stats-Sxx", "theta-1e12", "units-scale", "copy"),
              in_process=("heavy-shift", "huge"), n_bad=(1, 3))
@@ -75,8 +76,8 @@ def _flower_fit(method, attack, bad, X, seed):
     apps = [client_app(lambda ctx, k=k: (X[k], None)) for k in range(K)]
     grid = LocalGrid(apps, node_ids=[100 + k for k in range(K)])
     for i, k in enumerate(bad):
-        if attack == "copy":
-            copying(grid, source=100 + i, target=100 + k)
+        if attack in ("copy", "mimic"):
+            copying(grid, source=100 + i, target=100 + k, factor=MIMIC if attack == "mimic" else 1.0)
         elif attack is not None:
             grid.apps[100 + k] = malicious(apps[k], attack)
     return fit(_estimator(method, seed), grid)

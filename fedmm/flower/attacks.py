@@ -9,6 +9,7 @@ are the suite of ``docs/threat-model.md`` and ``validation/attacks.py``:
 attack             what the malicious node does
 =================  =====================================================================================
 ``claims-n``       honest data, but claims ``n = 1e6`` samples, every sum scaled to match
+``claims-n300``    the same, claiming ``n = 1e300``: more than a float64 counts exactly, or an int64 holds
 ``shift-n``        shifts its parameters by +3 (its sums to match) and claims ``n = 1e6``
 ``shift-n18``      the same, claiming ``n = 1e18``
 ``hello-sum_x``    sends ``sum x = 1e200`` for the units step
@@ -21,7 +22,11 @@ attack             what the malicious node does
 ``units-scale``    reports the largest value of its data as 1.7e308, then parameters at 1e12
 ``label-flip``     every round, its components in reverse order (parameters, proportions, sums)
 ``copy``           answers every query with another node's reply (a Sybil of node ``source``)
+``mimic``          answers every query with another node's reply times ``1 + 1e-12`` (sizes kept): a copy
+                   that a comparison bit for bit misses
 =================  =====================================================================================
+
+``copy`` and ``mimic`` are made by :func:`copying`, the others by :func:`malicious`.
 """
 
 import numpy as np
@@ -31,7 +36,7 @@ from flwr.clientapp import ClientApp
 from .client import _ANSWERS
 from .codec import arrays, config, encode
 
-__all__ = ["ATTACKS", "tampered", "malicious", "copying"]
+__all__ = ["ATTACKS", "MIMIC", "tampered", "malicious", "copying"]
 
 ACTIONS = ("hello",) + tuple(_ANSWERS)
 
@@ -58,11 +63,11 @@ def _claims(n_claimed, shift=0.0):
     """Claims ``n_claimed`` samples (sums scaled by ``n_claimed / n``), parameters and first sums shifted."""
     def hello(v):
         factor = n_claimed / v["n"][0]
-        return {k: (np.array([n_claimed]) if k == "n" else x * factor) for k, x in v.items()}
+        return {k: (np.array([float(n_claimed)]) if k == "n" else x * factor) for k, x in v.items()}
 
     def step(v):
         factor = n_claimed / v["n"][0]
-        out = {**v, "n": np.array([n_claimed]), "theta": v["theta"] + shift, "loglik": v["loglik"] * factor}
+        out = {**v, "n": np.array([float(n_claimed)]), "theta": v["theta"] + shift, "loglik": v["loglik"] * factor}
         for key in (k for k in v if k.startswith("stats.")):
             out[key] = v[key] * factor
         for first in ("stats.Sx", "stats.b"):
@@ -93,6 +98,7 @@ def _flip(v):
 #: Attack name -> the tampering of one node's replies, ``{action: values -> values}``.
 ATTACKS = {
     "claims-n": _claims(1e6),
+    "claims-n300": _claims(1e300),
     "shift-n": _claims(1e6, shift=3.0),
     "shift-n18": _claims(1e18, shift=3.0),
     "hello-sum_x": {"hello": lambda v: {**v, "sum_x": np.full_like(v["sum_x"], 1e200)}},
@@ -106,10 +112,15 @@ ATTACKS = {
 }
 
 
-def copying(grid, source, target):
+#: The factor of a ``mimic``'s copies (:func:`copying`).
+MIMIC = 1 + 1e-12
+
+
+def copying(grid, source, target, factor=1.0):
     """Make node ``target`` of a :class:`~fedmm.flower.testing.LocalGrid` answer every query with node
-    ``source``'s reply to it (``source`` must come first in the grid's node order, as the SuperLink's
-    delivery order does not promise: a test device)."""
+    ``source``'s reply to it, every array but the size ``n`` times ``factor`` (:data:`MIMIC`: a ``mimic``).
+    ``source``'s reply must be delivered first (in a ``LocalGrid``, nodes answer in the order the server
+    asks them): a test device."""
     replies = {}
     apps = grid.apps
 
@@ -122,7 +133,10 @@ def copying(grid, source, target):
 
     def copy(message, context):
         original = replies[config(message.content).get("tag")]
-        return Message(original.content, reply_to=message)
+        if factor == 1.0 or original.has_error():
+            return Message(original.content, reply_to=message)
+        values = {key: x if key == "n" else x * factor for key, x in arrays(original.content).items()}
+        return Message(encode(values, **config(original.content)), reply_to=message)
     apps[source] = record(apps[source])
     apps[target] = copy
     return grid

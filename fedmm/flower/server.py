@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import warnings
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -177,10 +178,12 @@ class FlowerClients:
         private = getattr(est, "privacy", None) is not None
         raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings,
                          private=private)
+        name_ok = self._name_check(raw)
         if private:
             # Sizes alone repeat between honest clients: no copy check (it needs replies computed from the rows).
             replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, {"n": (1,), "d": (1,)})
-                                  or _size_ok(v["n"][0]) or _size_ok(v["d"][0]), required=True, own_data=False)
+                                  or _size_ok(v["n"][0]) or _size_ok(v["d"][0]) or name_ok(k), required=True,
+                                  own_data=False)
             self.n_samples = np.array([int(replies[k]["n"][0]) for k in range(self.n_clients)])
             self.n_features = int(np.bincount([int(replies[k]["d"][0]) for k in replies]).argmax())
             self.family = est.make_family(int(trusted_sizes(self.n_samples).sum()))
@@ -192,7 +195,8 @@ class FlowerClients:
                                    for k, v in raw.items()])
         d = int(np.bincount(widths).argmax())  # the federation's feature count: most clients'
         shapes = {"n": (1,), "sum_x": (d,), "sum_xx": (d, d), **({"sum_y": (1,), "sum_yy": (1,)} if needs_y else {})}
-        replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]), required=True)
+        replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]) or name_ok(k),
+                              required=True)
         sums = [replies[k] for k in range(self.n_clients)]
         self._moments = moments_from_sums(sums)
         far = far_from_others(sums)
@@ -203,6 +207,24 @@ class FlowerClients:
         self.n_features = d
         # The backend for so many rows: the trusted sizes' sum, so that a claim of 1e18 rows picks nothing.
         self.family = est.make_family(int(trusted_sizes(self.n_samples).sum()))
+
+    def _name_check(self, raw):
+        """A check of each client's name from its reply to ``hello`` (None: fine). The server orders the clients by
+        their names (:func:`fit`), so a name is an int or a str, of the kind most clients' names are (a party named
+        ``"zzz"`` among partition ids, or ``[1, 2]``, cannot be ordered with the others); a client without one is
+        numbered by its node id, as are all when any is."""
+        names = [self.names.get(k) for k in raw]
+        kinds = Counter(type(name) for name in names if type(name) in (int, str))
+        kind = kinds.most_common(1)[0][0] if kinds else None
+
+        def check(k):
+            name = self.names.get(k)
+            if name is None or type(name) is kind:
+                return None
+            if type(name) not in (int, str):
+                return f"client-id {name!r} is a {type(name).__name__}, not an int or a str"
+            return f"client-id {name!r} is a {type(name).__name__}, but most clients' names are {kind.__name__}s"
+        return check
 
     def moments(self):
         return self._moments
@@ -221,6 +243,11 @@ class FlowerClients:
 
     def family_starts(self, seeds, n_components, which=None):
         index = np.arange(self.n_clients) if which is None else np.asarray(which)
+        # A start of its own needs n_components rows. In one process too few rows are the user's data, and the fit
+        # raises (LocalClients.family_starts); here they are a party's claim, and the party leaves.
+        self._reject([Rejection(self.nodes[k], "family_start", f"n = {self.n_samples[k]} samples, fewer than "
+                                f"n_components={n_components}: it cannot make its own start")
+                      for k in index if self.n_samples[k] < n_components], required=True)
         params = self._params_template(n_components)
         replies = self._ask("family_start", [{}] * len(index), self._params_check(params), index,
                             required=True, config_rows=[{"seed": int(s), "n_components": int(n_components)}
@@ -412,7 +439,7 @@ class FlowerClients:
         messages = [Message(encode(row, tag=tag, **self._settings, **settings, **extra), dst_node_id=self.nodes[k],
                             message_type=f"query.{action}") for k, row, extra in zip(index, rows, config_rows)]
         position = {self.nodes[k]: k for k in index}
-        raw = {k: "no reply in time" for k in index}
+        raw = {}                                    # in the order the replies arrive (the copy check's)
         answered, up, sent = set(), {}, None
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
             node = reply.metadata.src_node_id
@@ -440,6 +467,7 @@ class FlowerClients:
                 continue
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
             self.names[k] = config(reply.content).get("client-id")
+        raw.update({k: "no reply in time" for k in index if k not in raw})
         method = settings.get("method", self._method if action == "step" else "")
         down = [payload(m.content) for m in messages]
         self.ledger.record(action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
@@ -449,20 +477,19 @@ class FlowerClients:
         return raw
 
     def _check(self, raw, action, check, required, own_data=None):
-        good, failed, seen = {}, [], {}
         own_data = action in _OWN_DATA if own_data is None else own_data
-        for k in sorted(raw):
-            values = raw[k]
-            reason = values if isinstance(values, str) else check(k, values)
-            if not reason and own_data:
-                # A reply computed from a client's own data that repeats another node's bit for bit is a copy (a
-                # Sybil's, or the same data loaded twice): it counts once, the first node's.
-                key = tuple((name, values[name].tobytes()) for name in sorted(values))
-                reason = f"identical to node {self.nodes[seen[key]]}'s reply: a copy counts once" if key in seen \
-                    else None
-                seen.setdefault(key, k)
-            if reason:
-                failed.append(Rejection(self.nodes[k], action, reason))
+        reasons = {k: values if isinstance(values, str) else check(k, values) for k, values in raw.items()}
+        if own_data:
+            # A reply computed from a client's own data that repeats another node's is a copy (a Sybil's, a mimic's
+            # scaled by 1 + 1e-12, or the same data loaded twice): it counts once, the one that arrived first, as a
+            # copy can only be made of a reply already sent.
+            for k, j in _copies({k: raw[k] for k in raw if not reasons[k]}).items():
+                reasons[k] = f"identical to node {self.nodes[j]}'s reply (to {COPY_RTOL:g} in every array): a copy " \
+                             "counts once"
+        good, failed = {}, []
+        for k, values in raw.items():
+            if reasons[k]:
+                failed.append(Rejection(self.nodes[k], action, reasons[k]))
             else:
                 good[k] = values
         # A node gone fails a query that could go on without it too: the fit starts again without it at once,
@@ -484,6 +511,10 @@ class Gone(str):
 
 #: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.
 _OWN_DATA = ("hello", "step")
+#: Replies to such a query that agree to this relative precision in every array are copies (:func:`_copies`): the
+#: format checks allow rounding at 1e-6 themselves (proportions, statistics' sizes), and no two clients' own rows
+#: give sums or estimates that close.
+COPY_RTOL = 1e-6
 
 
 def _arrays_ok(values, shapes):
@@ -501,8 +532,38 @@ def _arrays_ok(values, shapes):
     return None
 
 
+def _copies(replies):
+    """``{k: j}`` for each reply ``replies[k]`` (in the order they arrived) that repeats an earlier one, ``j``'s: in
+    every array, no farther from it than :data:`COPY_RTOL` times the two arrays' largest absolute value.
+
+    A reply is compared only with those whose fingerprint (the sum over arrays of ``log1p`` of the largest absolute
+    value) is within ``2 COPY_RTOL`` per array of its own, as a copy's is: a sort rather than every pair."""
+    index = list(replies)
+    keys = sorted(replies[index[0]]) if index else []
+    largest = np.array([[np.abs(replies[k][key]).max(initial=0.0) for key in keys] for k in index])
+    fingerprint = np.log1p(largest).sum(axis=1) if index else np.zeros(0)
+    order = np.argsort(fingerprint, kind="stable")
+    window = 2 * COPY_RTOL * len(keys)
+    copies = {}
+    for i, k in enumerate(index):
+        low, high = (np.searchsorted(fingerprint[order], fingerprint[i] + side * window, how)
+                     for side, how in ((-1, "left"), (1, "right")))
+        for j in sorted(j for j in order[low:high] if j < i):   # the earliest arrival it repeats
+            if all(np.abs(replies[k][key] - replies[index[j]][key]).max(initial=0.0)
+                   <= COPY_RTOL * largest[[i, j], a].max() for a, key in enumerate(keys)):
+                copies[k] = index[j]
+                break
+    return copies
+
+
+#: The largest size a client may claim: sizes travel as float64, which holds every integer only up to 2**53 (a
+#: larger claim is no count the server can check, 1e300 not even an int64).
+MAX_SIZE = 2 ** 53
+
+
 def _size_ok(n):
-    return None if n >= 1 and float(n).is_integer() else f"n = {n:g} is not a positive integer"
+    return None if 1 <= n <= MAX_SIZE and float(n).is_integer() else \
+        f"n = {n:g} is not a positive integer up to 2**53"
 
 
 def _simplex_ok(weights):
