@@ -472,3 +472,11 @@ def test_the_reweighting_halves_the_error_where_components_overlap():
     already has an empty component, nothing revives it: seeds 1 and 3)."""
     errors = np.array([[fits[r][0] for r in (True, False)] for fits in map(_overlapping_components_fits, range(6))])
     assert np.median(errors[:, 0]) < 0.75 * np.median(errors[:, 1])
+
+
+def test_more_centres_than_the_clients_can_form_draw_a_warning():
+    """n_centers is a most: a centre holds three clients or more, so 4 clients form one, and n_centers=100 says so
+    (before: accepted without a word)."""
+    X, _ = make_federated_gmm(4, 40, random_state=0)
+    with pytest.warns(UserWarning, match=r"n_centers=100\): 4 clients form at most 1 centre.*n_centers to 1 or less"):
+        FederatedGaussianMixture(5, method=FedGrEM(n_centers=100), init="local-em", max_iter=2, random_state=0).fit(X)

@@ -89,6 +89,16 @@ def test_federico_counts_its_exchanges():
     np.testing.assert_allclose(gm.collaborator_weights_.sum(axis=1), 1.0)
 
 
+def test_more_neighbours_than_a_client_has_draw_a_warning():
+    """n_neighbors is a most, as scikit-learn's LocalOutlierFactor's: on 4 clients, 100 say so and each client
+    evaluates its 3 neighbours (before: accepted without a word)."""
+    X, _ = make_federated_gmm(4, 40, centers=CENTERS, random_state=0)
+    with pytest.warns(UserWarning, match=r"n_neighbors=100\): 4 clients have 3 neighbours each.*n_neighbors to 3"):
+        gm = FederatedGaussianMixture(R, method=METHODS["federico"](n_neighbors=100), max_iter=2, tol=0.0,
+                                      random_state=0).fit(X)
+    assert gm.history_["messages"].tolist() == [2 * 4 * 3] * 2
+
+
 # --- the dynamic graph -----------------------------------------------------------------
 
 def test_dynamic_graph_update_one_by_hand():

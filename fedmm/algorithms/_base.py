@@ -132,6 +132,11 @@ class Strategy(BaseEstimator, ABC):
         P.validate(self.get_params(deep=False), self._parameter_constraints)
         return self
 
+    def check_clients(self, n_clients):
+        """Warn where an option asks for more than ``n_clients`` clients can give (an option that is a most, as
+        scikit-learn's ``LocalOutlierFactor(n_neighbors)`` and ``IsolationForest(max_samples)``: the fit uses what
+        there is). Called once a fit, when the number of clients is known."""
+
     def tune(self, fit, clients, random_state):
         """The strategy to fit, where an option asks the data to choose (FedGrEM's ``penalty="auto"``):
         ``(strategy, selection)``, ``selection`` a dict that says what was compared (None: nothing was).

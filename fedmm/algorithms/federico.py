@@ -43,6 +43,7 @@ Choices where the paper leaves room (``docs/decentralized.md``):
   posterior of exact EM under a uniform prior (App. A, eqs. (22)-(24)).
 """
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -133,7 +134,8 @@ class FedeRiCo(Strategy):
     Parameters
     ----------
     n_neighbors : int, default=3
-        ``M``, models a client evaluates besides its own each round (the paper's 3).
+        ``M``, models a client evaluates besides its own each round (the paper's 3). With ``K`` clients there are
+        ``K - 1`` besides its own: more draws a warning, and each client evaluates all of them.
     epsilon : float in [0, 1], default=0.3
         Probability of a uniform pick in the epsilon-greedy draw (the paper's 0.3).
     beta : float in (0, 1] or None, default=0.6
@@ -162,6 +164,12 @@ class FedeRiCo(Strategy):
         self.beta = beta
         self.loss = loss
         self.random_state = random_state
+
+    def check_clients(self, n_clients):
+        if 1 < n_clients <= self.n_neighbors:
+            warnings.warn(f"FedeRiCo(n_neighbors={self.n_neighbors}): {n_clients} clients have {n_clients - 1} "
+                          f"neighbours each, so each evaluates all {n_clients - 1}; set n_neighbors to "
+                          f"{n_clients - 1} or less.", UserWarning, stacklevel=5)
 
     # --- client side -------------------------------------------------------------------
 

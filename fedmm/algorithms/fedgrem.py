@@ -345,7 +345,8 @@ class FedGrEM(GradientStrategy):
         centre is added where at least three clients pool onto it and the central objective falls by more
         than a centre's BIC cost (:func:`centre_cost`). With one population (the paper's model, outlier
         clients included) one centre remains. ``"auto"``: at most ``K // 3``; 1: the paper's single centre.
-        ``groups_`` says which group each client joined.
+        ``groups_`` says which group each client joined. A centre holds three clients or more, so ``K`` clients
+        form at most ``K // 3`` (one below six clients): more draws a warning, and the fit uses that many.
     reweighting : bool, default=True
         fedmm's, beyond the paper: while the clients have one centre, a client whose estimates it does not
         explain (:func:`outlier_scores` of its distance, above 1) pulls on it less the next round, and not at
@@ -411,6 +412,13 @@ class FedGrEM(GradientStrategy):
         self.central_max_iter = central_max_iter
         self.participation = participation
         self.dropout = dropout
+
+    def check_clients(self, n_clients):
+        most = max(n_clients // MIN_GROUP, 1)
+        if self.n_centers != "auto" and self.n_centers > most:
+            warnings.warn(f"FedGrEM(n_centers={self.n_centers}): {n_clients} clients form at most {most} centre(s), "
+                          f"each holding {MIN_GROUP} clients or more, so the fit uses at most {most}; set n_centers to "
+                          f"{most} or less, or 'auto'.", UserWarning, stacklevel=5)
 
     def tune(self, fit, clients, random_state):
         """``penalty="auto"``: the candidate of :data:`fedmm.algorithms.tuning.PENALTY_CANDIDATES` (this strategy with

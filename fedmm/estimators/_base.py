@@ -157,6 +157,7 @@ class _FederatedMixture(BaseEstimator, ABC):
             if strategy.random_state is None:
                 strategy.set_params(random_state=seed)
         check_components(clients.n_samples, client_ids, self.n_components, per_client=strategy.per_client)
+        strategy.check_clients(clients.n_clients)
         self.n_features_in_ = n_features
         privacy = getattr(self, "privacy", None)
         if privacy is not None:
