@@ -2,15 +2,19 @@
 
 from argparse import ArgumentParser, ArgumentTypeError
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from .methods import METHODS
+from .simulate import PAPER_CENTERS
 from .studies import ALL_METHODS, BACKENDS, METRIC_NAMES, format_table, plot_study, run_study, write_csv
 
 DEMO_METHODS = ("fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem")
+#: The most values of ``h`` a study takes: each is a setting of every method and replication.
+MAX_H_VALUES = 1000
 
 
 def demo(reps=3, out=".", h_values=(0.0, 0.5, 1.0, 1.5, 2.0), random_state=0, n_jobs=-1):
@@ -41,13 +45,16 @@ def parse_range(text):
     """``"0:2:0.25"`` -> 0, 0.25, ..., 2 (stop included); ``"0.5"`` -> 0.5; ``"0,1,3"`` -> 0, 1, 3.
 
     Raises ``argparse.ArgumentTypeError`` (one line, for the command line) on anything else, on a
-    step that is not positive, and on negative values (``h`` is a distance).
+    step that is not positive, on negative values (``h`` is a distance) and on a range of more than
+    :data:`MAX_H_VALUES` values.
     """
     try:
         if ":" in text:
             start, stop, step = (float(v) for v in text.split(":"))
             if not step > 0 or stop < start:
                 raise ArgumentTypeError(f"{text!r}: start:stop:step needs step > 0 and stop >= start")
+            if (stop - start) / step >= MAX_H_VALUES:   # before np.arange allocates them
+                raise ArgumentTypeError(f"{text!r} has more than {MAX_H_VALUES} values; use a larger step")
             values = list(np.round(np.arange(start, stop + step / 2, step), 10))
         else:
             values = [float(v) for v in text.split(",")]
@@ -80,6 +87,15 @@ class _Parser(ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _check_out(parser, folder):
+    """Make ``folder`` and write a file in it, or fail as argparse does: before a study runs, not after."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        parser.error(f"argument --out: cannot write to {folder!r}: {error.strerror or error}")
 
 
 def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n_outliers=1, n_init=5,
@@ -129,14 +145,16 @@ def main(argv=None):
                        f"'all' (Fig. 3's: {', '.join(ALL_METHODS)})")
     p_sim.add_argument("--out", default="fedmm-study", help="output folder (default fedmm-study)")
     p_sim.add_argument("--clients", type=_number(int, 2), default=10, help="number of clients K >= 2 (default 10)")
-    p_sim.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
+    p_sim.add_argument("--samples", type=count, default=150,
+                       help=f"samples per client, at least the design's {len(PAPER_CENTERS)} components (default 150)")
     p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
                        help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
     p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
     p_sim.add_argument("--penalty", choices=("paper", "sure", "sure-floored", "auto"), default="paper",
                        help="FedGrEM's penalty: the paper's schedule (default), chosen every round by SURE, SURE's "
                             "choice never below the schedule, or more pooling chosen by cross-validation (docs/units.md)")
-    p_sim.add_argument("--jobs", type=int, default=1, help="parallel workers (-1: all cores or cluster workers)")
+    p_sim.add_argument("--jobs", type=int, default=1,
+                       help="parallel workers (-1: all cores or cluster workers; not 0) (default 1)")
     p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
                        help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "
                             "'dask', 'ray')")
@@ -150,7 +168,9 @@ def main(argv=None):
     p_flower.add_argument("--clients", type=_number(int, 2), default=None,
                           help="clients (default 10; 3 with --processes, where every query starts a process per "
                                "client)")
-    p_flower.add_argument("--samples", type=count, default=150, help="samples per client (default 150)")
+    p_flower.add_argument("--samples", type=count, default=150,
+                          help=f"samples per client, at least the design's {len(PAPER_CENTERS)} components "
+                               "(default 150)")
     p_flower.add_argument("--method", choices=("fedgrem", "fedem", "pooled-grem"), default="fedgrem")
     p_flower.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
     p_flower.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
@@ -173,10 +193,18 @@ def main(argv=None):
             ("kappa0", _number(float, 0, 1, low_open=True, high_open=True), 0.5, "contraction rate, in (0, 1)")]:
         p_bounds.add_argument(f"--{name}", type=kind, default=default, help=f"{text} (default {default:g})")
     args = parser.parse_args(argv)
+    if args.command in ("simulate", "flower-demo") and args.samples < len(PAPER_CENTERS):
+        sub.choices[args.command].error(
+            f"argument --samples: {args.samples} samples per client; every client fits the design's "
+            f"{len(PAPER_CENTERS)} components from its own rows (local EM, the starts), so give at least "
+            f"{len(PAPER_CENTERS)}")
     if args.command == "simulate":
         if 2 * args.outliers >= args.clients:
             p_sim.error(f"argument --outliers: {args.outliers} outliers among {args.clients} clients; fewer than "
                         "half the clients may be outliers")
+        if args.jobs == 0:
+            p_sim.error("argument --jobs: 0 workers; give a positive number, or -1 for all cores (or the cluster's "
+                        "workers)")
         methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
         unknown = sorted(set(methods) - set(METHODS))
         if unknown:
@@ -197,14 +225,17 @@ def main(argv=None):
             parser.error(f"{error}")
         if args.tls and not args.processes:
             p_flower.error("argument --tls: only with --processes (the simulation runs in one machine's memory)")
+        if args.out is not None:
+            _check_out(p_flower, args.out)
         clients = args.clients or (3 if args.processes else 10)
         flower_demo(clients, args.samples, args.method, args.out, args.seed, model=args.model,
                     processes=args.processes, tls=args.tls)
         return 0
     if args.command == "demo":
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+        _check_out(p_demo, args.out)
         demo(reps=args.reps, out=args.out, random_state=args.seed)
     else:
+        _check_out(p_sim, args.out)
         simulate(args.model, args.h, args.reps, methods, args.out, n_clients=args.clients,
                  n_samples=args.samples, n_outliers=args.outliers, n_init=args.n_init, n_jobs=args.jobs,
                  random_state=args.seed, backend=args.backend, address=args.address, penalty=args.penalty)

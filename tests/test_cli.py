@@ -20,6 +20,10 @@ def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     (["flower-demo", "--method", "local-em"], "argument --method"), (["bounds", "--eps", "0.7"], "argument --eps"),
     (["bounds", "--h", "-1"], "argument --h"), (["bounds", "--delta", "nan"], "argument --delta"),
     (["flower-demo", "--tls"], "argument --tls"), (["simulate", "--backend", "spark"], "argument --backend"), (["simulate", "--penalty", "big"], "argument --penalty"),
+    (["simulate", "--h", "0:1e9:1e-9"], "argument --h: '0:1e9:1e-9' has more than 1000 values"),
+    (["simulate", "--samples", "1"], "argument --samples: 1 samples per client"),
+    (["flower-demo", "--samples", "4"], "so give at least 5"),
+    (["simulate", "--jobs", "0"], "argument --jobs: 0 workers"),
 ])
 def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -27,6 +31,17 @@ def test_cli_errors_are_one_line_naming_the_argument(argv, match, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["simulate", "demo", "flower-demo"])
+def test_an_output_folder_that_cannot_be_written_fails_before_the_study(command, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--out", str(blocker / "out")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument --out: cannot write to '{blocker / 'out'}'" in err
 
 
 def test_simulate_passes_the_penalty_to_fedgrem_only(tmp_path, monkeypatch):
