@@ -84,13 +84,14 @@ def test_a_private_fedgrem_fit_under_secure_aggregation_releases_the_in_process_
 @QUIET
 @pytest.mark.parametrize("method", ["fedem", "pooled-em"])
 def test_privacy_for_each_row_under_secure_aggregation_is_the_in_process_fit(method):
-    """unit="sample": each client sends its whitened sums over its size, with its size as the weight; SecAgg+'s
-    weighted mean times the sizes' total is the in-process total, up to the quantization of coordinates within
-    radius^2 = 29.6 (10 features): 2 * 29.6 / 2^22 = 1.4e-5 of the mean a round, at most 6e-3 of a total of 400
-    rows (against noise of about 140 on it), which moves a mean by at most 6e-3 / 80 of its component's spread
-    (about 1) a round: 1.5e-3 over 20 rounds were none of it undone. The fitted means agree to 2e-3 (measured
-    1.2e-4 for FedEM, 4.2e-4 and 4.4e-4 for pooled EM: SecAgg+'s rounding is random). FedEM's clients keep their
-    own proportions, which stay with them: the server has the released ones for every client."""
+    """unit="sample": each client sends its whitened sums over its size, each field over its per-row limit (all in
+    [-1, 1]), scaled by its trusted size over the largest; the secure sum scaled back is the in-process total, up
+    to the quantization of coordinates within [-1, 1] (the probe undoing the weights exactly): 2 / 2^22 = 4.8e-7
+    of a limit a round, at most 2 * 100 * 4.8e-7 = 1e-4 of a total of 400 rows, which moves a mean by at most
+    1e-4 / 80 of its component's spread a round: 2.5e-5 over 20 rounds were none of it undone. The fitted means
+    agree to 2e-3 (measured 3.3e-6 for FedEM, 1.4e-5 for pooled EM: SecAgg+'s rounding is random). FedEM's
+    clients keep their own proportions, which stay with them: the server has the released ones for every
+    client."""
     remote, local, grid = _fits(method, unit="sample")
     np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=2e-3)
     np.testing.assert_allclose(remote.weights_, np.broadcast_to(remote.weights_[0], remote.weights_.shape))
@@ -177,3 +178,37 @@ def test_under_local_noise_a_party_beyond_what_noise_reaches_is_dropped_and_name
         attacked = fit(FederatedGaussianMixture(5, **options), LocalGrid(apps))
     assert "dropped node 4's private update" in caplog.text
     assert np.abs(attacked.means_[:3] - clean.means_[:3]).max() < 0.5
+
+
+@QUIET
+def test_under_secure_aggregation_one_party_moves_a_round_by_at_most_its_bound():
+    """Five clients in 20 dimensions, two components started half way to theirs, epsilon 1e6: the first release
+    with one party's every coordinate at the top of SecAgg+'s range against the clean release. The party's
+    vector is held within 2 clip / sqrt(m) per coordinate (norm 2 clip), so the release's update moves by at
+    most its share (1/5) of 2 clip + clip (the honest update it replaces): its means, whitened by the start's
+    spread, by at most 0.6 (measured 0.28). Before issue 58 the range was clip per coordinate (norm sqrt(82)
+    clip = 9.1 clip): they moved by 0.92."""
+    from fedmm.flower.attacks import secure_tampering
+    start = np.array([np.full(20, -1.0), np.full(20, 1.0)])
+    rs = np.random.RandomState(0)
+    X = [2 * start[rs.randint(2, size=60)] + rs.standard_normal((60, 20)) for _ in range(5)]
+    released = []
+    for tamper in (None, "secure-range"):
+        apps = [client_app(lambda ctx, k=k: (X[k], None), mods=[secure_tampering(tamper)] if tamper and k == 4
+                           else []) for k in range(5)]
+        fitted = fit(FederatedGaussianMixture(2, method="fedem", random_state=0, means_init=start, privacy=(
+            DifferentialPrivacy(1e6, 1e-6, bounds=(-7, 7), rounds=2))), LocalGrid(apps))
+        released.append(fitted.releases_[0].theta[0])
+    spread = 14.0 / np.sqrt(12.0)          # the start's standard deviation: the box's uniform one
+    assert np.linalg.norm(released[1] - released[0]) / spread <= 0.6
+
+
+def test_the_probe_reads_back_the_weights_secure_aggregation_divided_by():
+    """SecAgg+ returns sum_k rho_k clip(v_k) / sum_k rho_k, rho_k the weights the parties report: every honest
+    party reports 1 and sets its probe at the range's top, so the probe's mean gives sum_k rho_k back, whatever
+    one party that otherwise follows the protocol reports (its probe, times its weight, is clipped to the top)."""
+    from fedmm.flower.secure import reported_total
+    top, rho = 0.3, np.array([1.0, 1.0, 1.0, 1.0, 50.0])
+    probes = np.clip(rho * top, -top, top)
+    assert reported_total(probes.sum() / rho.sum(), 5, top) == pytest.approx(rho.sum())
+    assert reported_total(0.0, 5, top) == 5.0

@@ -512,16 +512,20 @@ def test_without_privacy_no_private_code_runs(method, monkeypatch):
 
 
 def test_one_partys_sums_count_for_at_most_what_its_trusted_size_allows():
-    """Each row private, a party's sums and size are claims: sums of honest clients of equal sizes pass
-    unchanged; sums no rows could add up to are kept within what their size allows (plus six noise sds), and a
-    size claim of 1e6 among clients of 100 counts as SIZE_CAP = 4 median clients."""
+    """Each row private, a party's sums and size are claims: sums of honest clients of equal sizes whose rows
+    the components describe pass unchanged; sums no honest client adds up to are kept within sums_limits per
+    row (plus six noise sds), and a size claim of 1e6 among clients of 100 counts as SIZE_CAP = 4 median
+    clients."""
+    from fedmm.data import FederatedData
     from fedmm.families.gaussian import WhitenedSums
-    from fedmm.privacy import bounded_sums, row_radius
-    family, data, params = _sums_setting("diag", n=50, K=3)
+    from fedmm.privacy import SUMS_RANGE, bounded_sums, row_radius
+    family, _, params = _sums_setting("diag", n=50, K=3)
+    rs = np.random.RandomState(1)
+    data = FederatedData.from_input([params.theta[k, rs.choice(3, 200, p=params.weights[k])]
+                                     + np.sqrt(params.scale[k, 0]) * rs.standard_normal((200, 4)) for k in range(3)])
     radius = row_radius(4)
     honest = family.whitened_sums(data, params, radius)
-    sd = np.zeros(3)
-    for f, g in zip(bounded_sums(family, honest, data.n_samples, radius, sd), honest):
+    for f, g in zip(bounded_sums(family, honest, data.n_samples, radius, np.zeros(3)), honest):
         np.testing.assert_array_equal(f, g)
     K, R, d = honest.Sz.shape
     liar = WhitenedSums(np.full((K, R), 1e12), np.full((K, R, d), -1e12), np.full((K, R, d), 1e12))
@@ -529,5 +533,5 @@ def test_one_partys_sums_count_for_at_most_what_its_trusted_size_allows():
     kept = bounded_sums(family, liar, n, radius, np.array([1.0, 2.0, 3.0]))
     cap = np.array([100.0, 100.0, 400.0])
     np.testing.assert_allclose(kept.N, ((n + 6.0) * cap / n)[:, None] * np.ones(R))
-    np.testing.assert_allclose(kept.Sz, (-(n * radius + 12.0) * cap / n)[:, None, None] * np.ones((R, d)))
-    np.testing.assert_allclose(kept.Szz, ((n * radius ** 2 + 18.0) * cap / n)[:, None, None] * np.ones((R, d)))
+    np.testing.assert_allclose(kept.Sz, (-(n * SUMS_RANGE[1] + 12.0) * cap / n)[:, None, None] * np.ones((R, d)))
+    np.testing.assert_allclose(kept.Szz, ((n * SUMS_RANGE[2] + 18.0) * cap / n)[:, None, None] * np.ones((R, d)))

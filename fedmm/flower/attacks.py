@@ -29,14 +29,16 @@ attack             what the malicious node does
 ``copy`` and ``mimic`` are made by :func:`copying`, the others by :func:`malicious`.
 """
 
+import flwr.compat.common.recorddict_compat as compat
 import numpy as np
 from flwr.app import Message
 from flwr.clientapp import ClientApp
+from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
 from .client import _ANSWERS
 from .codec import arrays, config, encode
 
-__all__ = ["ATTACKS", "MIMIC", "tampered", "malicious", "copying"]
+__all__ = ["ATTACKS", "MIMIC", "SECURE_ATTACKS", "tampered", "malicious", "copying", "secure_tampering"]
 
 ACTIONS = ("hello",) + tuple(_ANSWERS)
 
@@ -145,3 +147,38 @@ def copying(grid, source, target, factor=1.0):
 def malicious(honest, attack):
     """``honest``'s ``ClientApp`` turned into a node that runs ``attack`` (a name in :data:`ATTACKS`)."""
     return tampered(honest, ATTACKS[attack])
+
+def _at_the_range(fitres):
+    """Every coordinate of its vector, the probe too, far beyond the range: SecAgg+'s mod clips each to its top."""
+    vector = parameters_to_ndarrays(fitres.parameters)[0]
+    fitres.parameters = ndarrays_to_parameters([np.full_like(vector, 1e9)])
+    return fitres
+
+
+def _weight_times(factor):
+    def change(fitres):
+        fitres.num_examples = int(fitres.num_examples * factor)
+        return fitres
+    return change
+
+
+#: Attack name -> the change a malicious party makes to its reply to a private round under secure aggregation
+#: (``FitRes -> FitRes``), before SecAgg+'s mod quantizes and masks it (:func:`secure_tampering`):
+#:
+#: ``secure-range``: every coordinate at the top of the range SecAgg+ clips to (a vector of norm ``range sqrt(m)``);
+#: ``secure-weight``: reports fifty times its weight, which SecAgg+ multiplies its vector by and divides the sum by.
+SECURE_ATTACKS = {"secure-range": _at_the_range, "secure-weight": _weight_times(50)}
+
+
+def secure_tampering(attack):
+    """A Flower mod (``client_app(mods=[...])``) that runs ``attack`` (a name in :data:`SECURE_ATTACKS`) on its
+    node's replies to private rounds, inside SecAgg+'s mod: what a party that runs its own code can send."""
+    change = SECURE_ATTACKS[attack]
+
+    def mod(message, context, call_next):
+        reply = call_next(message, context)
+        if message.metadata.message_type != "train" or reply.has_error():
+            return reply
+        fitres = change(compat.recorddict_to_fitres(reply.content, keep_input=True))
+        return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+    return mod

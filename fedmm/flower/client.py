@@ -59,7 +59,8 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
-from ..privacy import clip_rows, noised, released_proportions, sent_params, shared_point, sums_noise, sums_vector
+from ..privacy import (clip_rows, noised, released_proportions, sent_params, shared_point, sums_bounds, sums_noise,
+                       sums_vector)
 from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
@@ -101,7 +102,7 @@ def load_from_config(context):
     return X, (None if y_column is None else table[y_column])
 
 
-def client_app(load=None, methods=()):
+def client_app(load=None, methods=(), mods=()):
     """The ``ClientApp`` of a fedmm client.
 
     Parameters
@@ -113,6 +114,9 @@ def client_app(load=None, methods=()):
         Methods written outside fedmm that this client runs, besides :data:`fedmm.methods.METHODS`: the
         server names the method of a fit, and a client runs only code it was given
         (``docs/extending.md``).
+    mods : sequence of Flower mods, optional
+        Applied to every message inside fedmm's SecAgg+ mod, so that they see a private round's reply before it
+        is masked (Flower's ``message_size_mod``, say, or an attack's, :data:`fedmm.flower.attacks.SECURE_ATTACKS`).
 
     Returns
     -------
@@ -123,7 +127,7 @@ def client_app(load=None, methods=()):
     known = {**METHODS, TrimmedPooledEM.name: TrimmedPooledEM, **{cls.name: cls for cls in methods}}
     # Flower's SecAgg+ mod answers the secure aggregation's stages of a private fit's rounds (message type
     # ``train``) and lets every other message through.
-    app = ClientApp(mods=[secaggplus_mod])
+    app = ClientApp(mods=[secaggplus_mod, *mods])
     rows = {}
 
     def read(context, est):
@@ -292,16 +296,22 @@ def _held_out(session, values, request):
 def _private_round(read, methods):
     """A private fit's round under central noise (:mod:`fedmm.privacy`), through Flower's SecAgg+ (message type
     ``train``, :mod:`fedmm.flower.secure`): the release's components arrive as a ``FitIns``; the client replies
-    with its part (:func:`_private_part`) and its weight, which the mod masks before they leave (its sums over
-    its size, at the level of samples, so that the weighted mean is the sums' total over the sizes')."""
+    with its part (:func:`_private_part`; its sums over its size, at the level of samples) scaled by its public
+    ``factor``, and the probe (:mod:`fedmm.flower.secure`), which the mod clips to the range and masks before
+    they leave."""
     def handle(message, context):
         fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
         request = fitins.config
         session = _Session(read, context, methods)
         part = _private_part(session, MixtureParams(*parameters_to_ndarrays(fitins.parameters)), request)
-        if "radius" in request:
-            part = sums_vector(part)[0] / session.data.n_samples[0]
-        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([part]), int(request["weight"]), {})
+        if "radius" in request:   # every field over what one row adds to it: all within [-1, 1]
+            bounds = sums_bounds(session.family, part, float(request["radius"]))
+            part = np.clip(sums_vector(part)[0] / session.data.n_samples[0] / bounds, -1.0, 1.0)
+        else:   # each coordinate within the range, as in one process (fedmm.privacy.bounded_updates)
+            part = np.clip(part, -float(request["range"]), float(request["range"]))
+        # Its public factor, the probe at the range's top, and the weight every client reports (flower.secure).
+        part = np.append(float(request["factor"]) * part, float(request["range"]))
+        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([part]), 1, {})
         return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
     return handle
 

@@ -3,15 +3,35 @@
 Under central noise (:mod:`fedmm.privacy`) the server needs only the weighted mean of the clients' clipped
 updates, to which it adds the noise. Here each client computes its update on its own rows and sends it masked,
 through Flower's SecAgg+ protocol (Bell et al., CCS 2020; ``flwr.server.workflow.SecAggPlusWorkflow`` on the
-server, ``flwr.client.mod.secaggplus_mod`` on each client): the server unmasks only their weighted sum, never
-one client's update. Each client's proportions, and under FedGrEM its own components, stay with it.
+server, ``flwr.client.mod.secaggplus_mod`` on each client): the server unmasks only their sum, never one
+client's update. Each client's proportions, and under FedGrEM its own components, stay with it.
 
 What the server learns of a client: its size (public, as in every private fit) and nothing of its rows but
-through the released sums. SecAgg+ quantizes each update: every coordinate, clipped to ``[-clip, clip]`` (a
-clipped update's coordinates lie there), is rounded stochastically to one of ``quantization_range`` levels, and
-each weight ``w_k / max_k w_k`` to one of ``2^22``. The mean's error per coordinate is then at most one level,
-``2 clip / quantization_range``, plus the weights' rounding, ``2^-22`` of each weight: below ``1e-6`` of the
-clip for up to 500 clients (``tests/test_flower.py`` measures it), against the noise's ``sigma clip / K``.
+through the released sums. What one party can do to the sum is bounded where SecAgg+ can bound it
+(``docs/threat-model.md``, "Under secure aggregation"):
+
+- **each coordinate** of every party's vector is clipped to a range before it is quantized and masked: for
+  client-level privacy :func:`~fedmm.privacy.coordinate_range`, ``2 clip / sqrt(m)`` (one process clips the same,
+  :func:`~fedmm.privacy.bounded_updates`), so that a party at the range's edges adds a vector of norm ``2 clip``
+  at most, not ``sqrt(m) clip``; for the sums of each row's privacy, each field over what one row can add to it
+  (:func:`~fedmm.privacy.sums_bounds`), within ``[-1, 1]``;
+- **the weights are public**: each party scales its own vector by its share over the largest, fixed from the
+  sizes given before the rounds, and every party reports the same weight to SecAgg+ (which divides the sum by
+  the reported weights' total); a **probe**, one more coordinate every honest party sets at the range's top,
+  reads that total back, and the server undoes it (:func:`reported_total`): a party that reports fifty times its
+  weight changes nothing;
+- **the aggregate** of honest clipped updates lies in the ball of radius ``clip``, and the server projects the
+  unmasked mean there, whatever a party sent;
+- a party that drops out of the protocol adds nothing that round: its share is lost, not redistributed, and the
+  fit goes on.
+
+A party that crafts its masked values outside the quantization (SecAgg+ sums modulo ``2^32``) can move the sum
+of a coordinate anywhere within what all parties' values can sum to, and fake the probe: no check of the sum
+alone can tell (range proofs would); the projection onto the ball still bounds the round's aggregate.
+
+Every coordinate is rounded stochastically to one of ``quantization_range`` levels of its range: the mean's
+error per coordinate is at most one level, ``2 range / quantization_range``, below ``1e-6`` of the clip for up
+to 500 clients (``tests/test_flower.py`` measures it), against the noise's ``2 sigma clip / K``.
 """
 
 import itertools
@@ -28,13 +48,14 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
-from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, capped_sizes, decode, encode,
-                       local_update_limit, released_proportions, scale_of, shared_point, sums_from_vector)
+from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, capped_sizes, clip_rows, coordinate_range,
+                       decode, encode, local_update_limit, released_proportions, scale_of, shared_point, sums_bounds,
+                       sums_from_vector)
 from ..robust import trusted_sizes
 from ..protocol import ClientMessage
 from .codec import all_bytes, flatten
 
-__all__ = ["SecureRounds", "LocalNoiseRounds", "QUANTIZATION_RANGE", "quantization_range"]
+__all__ = ["SecureRounds", "LocalNoiseRounds", "QUANTIZATION_RANGE", "quantization_range", "reported_total"]
 
 log = logging.getLogger("fedmm.flower")
 
@@ -46,6 +67,15 @@ QUANTIZATION_RANGE = 2 ** 22
 def quantization_range(n_clients):
     """The quantization levels for ``n_clients``: ``2^22``, or fewer so that ``K`` of them sum below ``2^31``."""
     return min(QUANTIZATION_RANGE, 2 ** 31 // n_clients)
+
+
+def reported_total(probe, n_parties, top):
+    """The total of the weights SecAgg+ divided the sum by, read from the probe's mean ``probe``: every honest
+    party's probe is ``top`` (the range's top) at weight 1, so the sum of probes is ``n_parties top`` and their
+    mean ``n_parties top`` over the total. A party that reports a larger weight, and otherwise follows the
+    protocol, sends its probe at ``top`` too (its values are clipped there): its weight is then undone. A mean at
+    or below 0 (no honest reading) counts as ``n_parties``."""
+    return float(n_parties * top / probe) if probe > 0 else float(n_parties)
 
 
 class _Node:
@@ -93,7 +123,8 @@ class SecureRounds(PrivateTransport):
 
     A round's replies are the unmasked mean, as every client's message (the server never has another), with the
     clients' public sizes, so that :class:`fedmm.privacy.PrivateAverage` adds the noise of the largest share to
-    it. Every client must take part in every round: the noise is calibrated for the shares of all of them.
+    it. Every client is asked in every round (participation=1); one that drops out of the protocol loses its
+    share that round.
     """
 
     def __init__(self, clients, average):
@@ -114,27 +145,35 @@ class SecureRounds(PrivateTransport):
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
         if isinstance(average, PrivateSums):
             return self._sums(point, average, every), np.arange(K)
-        weights = np.maximum(np.rint(capped_sizes(self.n_samples)), 1).astype(int)
-        mean = self._secure_mean(point, self._settings(average), weights, average.clip)
+        # The shares of the sizes given before the rounds (PrivateAverage's own), none read from a reply.
+        share = capped_sizes(self.n_samples) / capped_sizes(self.n_samples).sum()
+        m = encode(self.family, average.d, MixtureParams(*(a[None] for a in point)), point).shape[1]
+        mean = share.max() * self._secure_sum(point, self._settings(average), share / share.max(),
+                                              coordinate_range(average.clip, m), m)
+        # Honest clipped updates' weighted mean lies in the ball of radius clip: whatever a party sent, the
+        # round's aggregate is put back in it (a projection: the sensitivity stays that of the clipped updates).
+        mean = clip_rows(mean[None], average.clip)[0]
         weights, theta, log_scale = decode(self.family, average.d, mean, point)
         scale = scale_of(self.family, average.d, log_scale, point)
         messages = ClientMessage(self.n_samples, np.zeros(K), every(weights), every(theta), every(scale), None)
         return messages, np.arange(K)
 
     def _sums(self, point, average, every):
-        """A round at the level of samples: each client's :func:`~fedmm.privacy.whitened_sums` over its size, with
-        its size as the weight, so that SecAgg+'s weighted mean times the sizes' total is the sums' total (the
-        one message the server hands :class:`~fedmm.privacy.PrivateSums`). Every coordinate of a client's sums
-        over its size lies within ``max(1, radius)`` (squares: its square), the range SecAgg+ clips to."""
+        """A round at the level of samples: each client's :func:`~fedmm.privacy.whitened_sums` over its size and
+        over what one row adds to each field (:func:`~fedmm.privacy.sums_bounds`: all within ``[-1, 1]``, the
+        range SecAgg+ clips to), scaled by its trusted size over the largest (a size is a claim: as in one
+        process, :func:`~fedmm.privacy.bounded_sums`), so that the secure sum scaled back is the sums' total (the
+        one message the server hands :class:`~fedmm.privacy.PrivateSums`). A party at the range's edges adds
+        what one client of the largest trusted size whose every row sits at the rows' radius could."""
         n = self.n_samples
-        bound = max(1.0, average.radius) ** (2 if self.family.estimates_scale else 1)
-        # Each client counts by its trusted size (a size is a claim): as in one process (bounded_sums).
-        weights = np.maximum(np.rint(trusted_sizes(n)), 1).astype(int)
-        mean = self._secure_mean(point, self._settings(average), weights, bound)
-        total = sums_from_vector(mean[None] * weights.sum(), self.family, point)
-        R = point.weights.size
+        weights = trusted_sizes(n)
+        R, p = point.theta.shape
+        bounds = sums_bounds(self.family, sums_from_vector(np.zeros((1, R * (1 + p + point.scale.shape[-1]))),
+                                                           self.family, point), average.radius)
+        total = weights.max() * bounds * self._secure_sum(point, self._settings(average), weights / weights.max(),
+                                                          1.0, bounds.size)
         return ClientMessage(n, np.zeros(len(n)), np.zeros((len(n), R)), every(point.theta), every(point.scale),
-                             total)
+                             sums_from_vector(total[None], self.family, point))
 
     def _settings(self, average):
         """What a client needs to compute its part of a round (:func:`fedmm.flower.client._private_part`)."""
@@ -145,27 +184,35 @@ class SecureRounds(PrivateTransport):
             settings["centre_variance"] = float(average.centre_variance)
         return settings
 
-    def _secure_mean(self, point, settings, weights, bound):
-        """The clients' replies to the release ``point`` and ``settings``, their coordinates within ``bound``,
-        averaged with ``weights`` (one integer per client) under SecAgg+."""
+    def _secure_sum(self, point, settings, factors, bound, m):
+        """``sum_k factor_k v_k`` (m,) under SecAgg+ of the clients' replies ``v_k`` to the release ``point`` and
+        ``settings``, every coordinate within ``bound`` (see the module docstring): each client scales its own
+        vector by its public ``factor`` (at most 1) and appends the probe; every client reports the same weight,
+        and the probe's mean undoes the weights' total SecAgg+ divided by (:func:`reported_total`). Clients that
+        drop out of the protocol add nothing: their shares are lost, not redistributed."""
         clients, K = self._clients, self.n_clients
+        round_ = next(self._rounds)
         parameters = ndarrays_to_parameters([point.weights, point.theta, point.scale])
-        instructions = [(_Node(node), FitIns(parameters, {**settings, "weight": int(w)}))
-                        for node, w in zip(clients.nodes, weights)]
+        instructions = [(_Node(node), FitIns(parameters, {**settings, "range": float(bound), "factor": float(f)}))
+                        for node, f in zip(clients.nodes, factors)]
         aggregate = _Aggregate(instructions)
         context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={}),
                                 strategy=aggregate, client_manager=SimpleClientManager())
-        context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND:
-                                                                          next(self._rounds)})
+        context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: round_})
         context.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(parameters, True)
-        workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=0.5, max_weight=float(weights.max()),
+        workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=0.5, max_weight=1.0,
                                       clipping_range=float(bound), quantization_range=quantization_range(K),
                                       timeout=clients.timeout)
         workflow(_Recorded(clients, self._method), context)
-        if aggregate.result is None or aggregate.contributors < K:
-            raise RuntimeError(f"Secure aggregation heard {aggregate.contributors} of {K} clients: a private round "
-                               "needs every one (the noise is calibrated for their shares); see Flower's log.")
-        return parameters_to_ndarrays(aggregate.result)[0]
+        if aggregate.result is None:
+            log.warning("fedmm.flower: secure aggregation round %d completed with no client: it adds nothing; see "
+                        "Flower's log", round_)
+            return np.zeros(m)
+        if aggregate.contributors < K:
+            log.warning("fedmm.flower: secure aggregation round %d heard %d of %d clients: the others' shares are "
+                        "lost this round", round_, aggregate.contributors, K)
+        mean = parameters_to_ndarrays(aggregate.result)[0]
+        return mean[:m] * reported_total(mean[-1], aggregate.contributors, bound)
 
     def final(self, point, centre_variance):
         """The fitted parameters as the server has them: the release, with the released mean proportions, for
