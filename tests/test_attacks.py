@@ -161,6 +161,23 @@ def test_a_copy_counts_once_whoever_sent_it_first(factor):
     np.testing.assert_array_equal(est.client_ids_, np.arange(1, 6))
 
 
+def test_copies_are_the_replies_that_agree_to_the_tolerance_in_every_array():
+    """fedmm.flower.server._copies: a reply scaled by 1 +- 1e-7 (or shifted by 1e-7 of its largest value) repeats the
+    earlier one, whatever the order; one that differs by 1e-5 in a single array, or has its largest value moved by
+    1e-5, is its own."""
+    from fedmm.flower.server import _copies
+    rng = np.random.RandomState(0)
+    replies = {k: {"n": np.array([100.0]), "sum_x": rng.standard_normal(3) * 10, "sum_xx": rng.standard_normal((3, 3))}
+               for k in range(40)}
+    near = {40: {key: x * (1 + 1e-7) for key, x in replies[7].items()},
+            41: {key: x * (1 - 1e-7) for key, x in replies[7].items()},
+            42: {**replies[3], "sum_x": replies[3]["sum_x"] + 1e-7 * np.abs(replies[3]["sum_x"]).max()},
+            43: {**replies[5], "sum_xx": replies[5]["sum_xx"] * (1 + 1e-5)},
+            44: {**replies[9], "sum_x": replies[9]["sum_x"] + 1e-5 * np.abs(replies[9]["sum_x"]).max()}}
+    arrived = {k: {**replies, **near}[k] for k in [40, *rng.permutation(40), 41, 42, 43, 44]}
+    assert _copies(arrived) == {7: 40, 41: 40, 42: 3}
+
+
 @pytest.mark.parametrize("n_bad", [1, 3])
 def test_mimics_are_dropped_and_flag_no_honest_client(n_bad, clean):
     """Mimics of honest parties (replies times ``1 + 1e-12``) on the suite's design: before, one got honest node 8

@@ -47,6 +47,8 @@ def test_iris_petal_width_on_petal_length_finds_three_lines(method):
     iris = load_iris()
     X, y, species = iris.data[:, [2]], iris.data[:, 3], iris.target
     groups = np.arange(len(y)) % 3
+    # Three clients have two neighbours each: FedeRiCo's default of three would say so (the same fit).
+    method = METHODS["federico"](n_neighbors=2) if method == "federico" else method
     mr = _fit(method, X, y, groups, n_components=3, n_init=3)
     assert np.abs(mr.coef_).max() < 25
     assert np.all(mr.noise_variance_ < y.var())

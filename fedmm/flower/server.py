@@ -538,16 +538,18 @@ def _copies(replies):
 
     A reply is compared only with those whose fingerprint (the sum over arrays of ``log1p`` of the largest absolute
     value) is within ``2 COPY_RTOL`` per array of its own, as a copy's is: a sort rather than every pair."""
+    if not replies:
+        return {}
     index = list(replies)
-    keys = sorted(replies[index[0]]) if index else []
+    keys = sorted(replies[index[0]])
     largest = np.array([[np.abs(replies[k][key]).max(initial=0.0) for key in keys] for k in index])
-    fingerprint = np.log1p(largest).sum(axis=1) if index else np.zeros(0)
+    fingerprint = np.log1p(largest).sum(axis=1)
     order = np.argsort(fingerprint, kind="stable")
-    window = 2 * COPY_RTOL * len(keys)
+    ranked, window = fingerprint[order], 2 * COPY_RTOL * len(keys)
     copies = {}
     for i, k in enumerate(index):
-        low, high = (np.searchsorted(fingerprint[order], fingerprint[i] + side * window, how)
-                     for side, how in ((-1, "left"), (1, "right")))
+        low = np.searchsorted(ranked, fingerprint[i] - window, "left")
+        high = np.searchsorted(ranked, fingerprint[i] + window, "right")
         for j in sorted(j for j in order[low:high] if j < i):   # the earliest arrival it repeats
             if all(np.abs(replies[k][key] - replies[index[j]][key]).max(initial=0.0)
                    <= COPY_RTOL * largest[[i, j], a].max() for a, key in enumerate(keys)):
