@@ -148,6 +148,7 @@ def malicious(honest, attack):
     """``honest``'s ``ClientApp`` turned into a node that runs ``attack`` (a name in :data:`ATTACKS`)."""
     return tampered(honest, ATTACKS[attack])
 
+
 def _at_the_range(fitres):
     """Every coordinate of its vector, the probe too, far beyond the range: SecAgg+'s mod clips each to its top."""
     vector = parameters_to_ndarrays(fitres.parameters)[0]

@@ -307,7 +307,7 @@ def _private_round(read, methods):
         if "radius" in request:   # every field over what one row adds to it: all within [-1, 1]
             bounds = sums_bounds(session.family, part, float(request["radius"]))
             part = np.clip(sums_vector(part)[0] / session.data.n_samples[0] / bounds, -1.0, 1.0)
-        else:   # each coordinate within the range, as in one process (fedmm.privacy.bounded_updates)
+        else:   # each coordinate within the range (fedmm.privacy.bounded_updates)
             part = np.clip(part, -float(request["range"]), float(request["range"]))
         # Its public factor, the probe at the range's top, and the weight every client reports (flower.secure).
         part = np.append(float(request["factor"]) * part, float(request["range"]))

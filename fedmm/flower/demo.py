@@ -7,6 +7,7 @@ on Ray) and reads the fitted estimator back. Then it fits the same estimator in 
 prints both errors per client and their largest difference: the same numbers, to the last bits.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import joblib
 import numpy as np
 
 from ..metrics import estimation_errors
+from ..privacy import as_under_secure_aggregation
 from ..simulate import make_federated_gmm, make_federated_mor
 from .app import PYPROJECT, estimator_from_config
 from .processes import LocalDeployment
@@ -69,7 +71,10 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
         _simulate(work, out, run_config, n_clients, timeout or 600)
     elapsed = time.perf_counter() - start
     remote = joblib.load(out)
-    local = estimator_from_config(run_config).fit(*data)
+    # A private fit's rounds under SecAgg+ clip every coordinate of an update: the in-process fit does the same.
+    secure = privacy and privacy.get("noise", "central") == "central"
+    with as_under_secure_aggregation() if secure else contextlib.nullcontext():
+        local = estimator_from_config(run_config).fit(*data)
     theta = (lambda est: est.means_) if model == "gmm" else (lambda est: est.coef_)
     honest = ~truth.outliers
     err_remote = estimation_errors(remote.weights_, theta(remote), truth.weights, truth.theta)[1]

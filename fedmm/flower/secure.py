@@ -11,8 +11,8 @@ through the released sums. What one party can do to the sum is bounded where Sec
 (``docs/threat-model.md``, "Under secure aggregation"):
 
 - **each coordinate** of every party's vector is clipped to a range before it is quantized and masked: for
-  client-level privacy :func:`~fedmm.privacy.coordinate_range`, ``2 clip / sqrt(m)`` (one process clips the same,
-  :func:`~fedmm.privacy.bounded_updates`), so that a party at the range's edges adds a vector of norm ``2 clip``
+  client-level privacy :func:`~fedmm.privacy.coordinate_range`, ``2 clip / sqrt(m)``
+  (:func:`~fedmm.privacy.bounded_updates`), so that a party at the range's edges adds a vector of norm ``2 clip``
   at most, not ``sqrt(m) clip``; for the sums of each row's privacy, each field over what one row can add to it
   (:func:`~fedmm.privacy.sums_bounds`), within ``[-1, 1]``;
 - **the weights are public**: each party scales its own vector by its share over the largest, fixed from the
@@ -129,6 +129,7 @@ class SecureRounds(PrivateTransport):
 
     def __init__(self, clients, average):
         super().__init__(clients, average)
+        average.bounded = True    # every coordinate within coordinate_range: what SecAgg+ can hold a party to
         self._rounds = itertools.count(1)
         self._method = ""
 
