@@ -474,6 +474,7 @@ def test_the_reweighting_halves_the_error_where_components_overlap():
     assert np.median(errors[:, 0]) < 0.75 * np.median(errors[:, 1])
 
 
+@pytest.mark.filterwarnings("ignore:method=.* did not converge")
 def test_more_centres_than_the_clients_can_form_draw_a_warning():
     """n_centers is a most: a centre holds three clients or more, so 4 clients form one, and n_centers=100 says so
     (before: accepted without a word)."""

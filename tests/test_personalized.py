@@ -89,6 +89,7 @@ def test_federico_counts_its_exchanges():
     np.testing.assert_allclose(gm.collaborator_weights_.sum(axis=1), 1.0)
 
 
+@pytest.mark.filterwarnings("ignore:method=.* did not converge")
 def test_more_neighbours_than_a_client_has_draw_a_warning():
     """n_neighbors is a most, as scikit-learn's LocalOutlierFactor's: on 4 clients, 100 say so and each client
     evaluates its 3 neighbours (before: accepted without a word)."""
