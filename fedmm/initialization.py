@@ -7,7 +7,7 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
 
 - ``"family"``: the family's own start (k-means for Gaussians, a random
   partition for regressions) then one M-step, on each client's data; for
-  methods that share one estimate, the server clusters the clients' starts
+  methods that share their components (pooled EM, FedEM), the server clusters the clients' starts
   into one (:func:`clustered_start`). One start per restart.
 - ``"local-em"``: local EM with ``n_init`` restarts on every client (each
   client keeps its best), then the clients' labels are aligned
@@ -181,7 +181,7 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
             starts.append(local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment,
                                          random_state))
         return starts
-    if algorithm.shared:
+    if algorithm.shares_components:
         return [(_shared_family_start(family, clients, n_components, random_state), None) for _ in range(n_init)]
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
     if algorithm.per_client:
@@ -190,7 +190,7 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
 
 
 def _shared_family_start(family, clients, n_components, random_state):
-    """The family start of a method that shares one estimate: every able client's own start, clustered by the
+    """The family start of a method that shares its components: every able client's own start, clustered by the
     server (:func:`clustered_start`), broadcast."""
     starts, sizes = _own_starts(clients, n_components, random_state)
     return clustered_start(family, starts, sizes, n_components, random_state).broadcast(clients.n_clients)

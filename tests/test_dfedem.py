@@ -25,10 +25,11 @@ def _problem():
 
 
 def test_on_the_complete_graph_with_metropolis_hastings_it_is_fedem():
-    """W = 1 1^T / K: one exchange of (n_k theta_k, n_k) gives FedEM's n_k-weighted average, unequal sizes too."""
+    """W = 1 1^T / K: one exchange of (n_k theta_k, n_k) gives the paper's FedEM's n_k-weighted average
+    (``aggregation="samples"``), unequal sizes too."""
     data, family, start = _problem()
     d = run(METHODS["d-fedem"](graph="complete", mixing="metropolis-hastings"), family, data, start, 30, 0.0)
-    f = run(METHODS["fedem"](), family, data, start, 30, 0.0)
+    f = run(METHODS["fedem"](aggregation="samples"), family, data, start, 30, 0.0)
     for a, b in zip(d.params, f.params):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
@@ -51,7 +52,7 @@ def test_a_client_hears_only_its_neighbours():
 
 def test_more_gossip_means_less_disagreement_and_fedems_answer():
     data, family, start = _problem()
-    f = run(METHODS["fedem"](), family, data, start, 60, 0.0)
+    f = run(METHODS["fedem"](aggregation="samples"), family, data, start, 60, 0.0)
     spread, error = [], []
     for n_gossip in (1, 4, 50):
         d = run(METHODS["d-fedem"](graph="ring", n_gossip=n_gossip), family, data, start, 60, 0.0)

@@ -190,18 +190,25 @@ def test_personalize_recovers_an_unseen_clients_proportions():
     assert [c.weights_.shape for c in gm.personalize([X_new, X_new[:100]])] == [(3,), (3,)]
 
 
-def test_fedem_shares_components_and_keeps_local_proportions():
+@pytest.mark.parametrize("aggregation", ["components", "samples"])
+def test_fedem_shares_components_and_keeps_local_proportions(aggregation):
     X, truth = make_federated_gmm(4, [100, 200, 150, 50], centers=CENTERS, concentration=2.0, random_state=4)
-    gm = FederatedGaussianMixture(3, covariance_type="identity", method="fedem", n_init=2, max_iter=300, tol=1e-8, random_state=0).fit(X)
+    gm = FederatedGaussianMixture(3, covariance_type="identity", method=METHODS["fedem"](aggregation=aggregation),
+                                  n_init=2, max_iter=300, tol=1e-8, random_state=0).fit(X)
     np.testing.assert_array_equal(gm.means_[0], gm.means_[3])
     assert np.ptp(gm.weights_, axis=0).max() > 0.1  # proportions stay per client
     np.testing.assert_array_equal(gm.center_, gm.means_[0])
-    # Fixed point of Marfoq et al. Alg. 1: the shared means are the n_k-weighted average of local M-steps.
     data, family = FederatedData.from_input(X), GaussianFamily()
     _, stats = family.estep(data, gm.params_)
-    local = stats.Sx / stats.N[..., None]
-    n_k = data.n_samples[:, None, None]
-    np.testing.assert_allclose((n_k * local).sum(0) / n_k.sum(), gm.means_[0], atol=1e-4)
+    if aggregation == "components":
+        # The default's fixed point: the M-step of the pooled sums (FedEM's model, as pooled EM with own proportions).
+        expected = stats.Sx.sum(0) / stats.N.sum(0)[:, None]
+    else:
+        # Marfoq et al. Alg. 1's: the n_k-weighted average of the local M-steps, which is not that (issue 59).
+        n_k = data.n_samples[:, None, None]
+        expected = (n_k * stats.Sx / stats.N[..., None]).sum(0) / n_k.sum()
+        assert np.abs(expected - stats.Sx.sum(0) / stats.N.sum(0)[:, None]).max() > 0.01
+    np.testing.assert_allclose(expected, gm.means_[0], atol=1e-4)
 
 
 def test_tgmm_step_is_the_penalized_m_step():

@@ -6,12 +6,13 @@ neighbours' over a communication graph (:mod:`fedmm.graphs`), ``n_gossip``
 times: ``theta_k <- sum_j W_kj theta_j`` (Alg. 4, line 18) with ``W``
 symmetric and doubly stochastic on the graph (Assumption 9). Alg. 4's local
 solver scales client ``t``'s steps by ``n_t / n``, i.e. the consensus it
-reaches weights clients by their sizes, as FedEM's server does; with the
+reaches weights clients by their sizes, as the paper's FedEM server does
+(``FedEM(aggregation="samples")``; fedmm's FedEM weights by ``n_k w_kr`` by default); with the
 closed-form local M-step fedmm reaches the same weighting by gossiping sizes
 alongside parameters (ratio consensus): client ``k`` keeps
 ``sum_j W_kj n_j theta_j / sum_j W_kj n_j`` (and after further exchanges the
 ratio of the mixed numerators and denominators). On the complete graph with
-Metropolis-Hastings weights (``W = 1 1^T / K``) one exchange is FedEM's
+Metropolis-Hastings weights (``W = 1 1^T / K``) one exchange is that
 average exactly. Variances are mixed the same way; mixing proportions stay
 local.
 

@@ -616,8 +616,8 @@ _SHARED_PARAMS_DOC = """
         proportions, trimmed of the clients it fits worst, or both of the
         last two (the second kept
         only where the method finds it better). "auto" is the method's default
-        ("pooled-and-local" for FedGrEM, "common" for FedEM, "local-em" for
-        TGMM, "family" for the local and pooled methods). Ignored when
+        ("pooled-and-local" for FedGrEM, "local-em" for TGMM, "family" for FedEM and the local and pooled
+        methods, "common" for D-FedEM). Ignored when
         initial values are given.
     alignment : {"consensus", "stepwise", "greedy", "exhaustive"} or None, default="consensus"
         How per-client labels are aligned (:func:`fedmm.alignment.align`):
