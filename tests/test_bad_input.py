@@ -236,14 +236,16 @@ def test_empty_components_are_not_singular():
 
 
 def test_a_fit_whose_components_empty_everywhere_says_so():
-    """FedEM's averaged M-steps empty two of three regression components on the diabetes data (5 random
-    clients): the fit is one line, and it warns and says which components; pooled EM from the same kind of
-    start keeps all three, silently."""
+    """The paper's FedEM (its average weighting clients by n_k / n, from one client's start) empties two of
+    three regression components on the diabetes data (5 random clients): the fit is one line, and it warns
+    and says which components; pooled EM from the same kind of start keeps all three, silently."""
     from sklearn.datasets import load_diabetes
+    from fedmm.methods import FedEM
     X, y = load_diabetes(return_X_y=True)
     groups = np.random.RandomState(0).randint(5, size=len(y))
     with pytest.warns(EmptyComponentWarning, match=r"Component\(s\) 1, 2 are empty on every client.*mixture of 1 of"):
-        fit = FederatedMixtureRegression(3, method="fedem", random_state=0).fit(X, y, groups=groups)
+        fit = FederatedMixtureRegression(3, method=FedEM(aggregation="samples"), init="common",
+                                         random_state=0).fit(X, y, groups=groups)
     np.testing.assert_array_equal(fit.empty_components_, [False, True, True])
     with warnings.catch_warnings():
         warnings.simplefilter("error", EmptyComponentWarning)
