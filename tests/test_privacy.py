@@ -535,3 +535,33 @@ def test_one_partys_sums_count_for_at_most_what_its_trusted_size_allows():
     np.testing.assert_allclose(kept.N, ((n + 6.0) * cap / n)[:, None] * np.ones(R))
     np.testing.assert_allclose(kept.Sz, (-(n * SUMS_RANGE[1] + 12.0) * cap / n)[:, None, None] * np.ones((R, d)))
     np.testing.assert_allclose(kept.Szz, ((n * SUMS_RANGE[2] + 18.0) * cap / n)[:, None, None] * np.ones((R, d)))
+
+
+@QUIET
+@pytest.mark.parametrize("noise", ["central", "local"])
+def test_each_row_private_every_e_step_is_at_the_released_proportions(noise, monkeypatch):
+    """Each row private, a client's own proportions, computed from its own sums, would carry one of its rows into
+    every later round's sums (a sensitivity beyond one row's, found by an outside audit): every client's E-step
+    runs at the released proportions, the same for every client, and its own proportions are only its fitted
+    ones."""
+    X, _ = make_federated_gmm(4, 80, random_state=1)
+    family_sums, seen = GaussianFamily.whitened_sums, []
+
+    def spy(self, data, params, radius):
+        seen.append(params.weights.copy())
+        return family_sums(self, data, params, radius)
+    monkeypatch.setattr(GaussianFamily, "whitened_sums", spy)
+    fit = _fit(X, privacy=DifferentialPrivacy(4.0, 1e-6, bounds=BOUNDS, rounds=10, noise=noise, unit="sample"))
+    assert len(seen) == 10
+    for weights in seen:
+        np.testing.assert_array_equal(weights, np.broadcast_to(weights[0], weights.shape))
+    assert not np.allclose(fit.weights_, fit.weights_[0])       # each client's fitted proportions its own
+
+
+@pytest.mark.parametrize("noise", ["central", "local"])
+def test_each_row_private_runs_with_identity_variances(noise):
+    """Identity variances have no squares' sums: the noise and the server's limits skip them (they raised)."""
+    X, _ = make_federated_gmm(4, 80, random_state=1)
+    fit = _fit(X, covariance_type="identity", n_components=2,
+               privacy=DifferentialPrivacy(4.0, 1e-6, bounds=BOUNDS, rounds=4, noise=noise, unit="sample"))
+    assert np.all(np.isfinite(fit.means_))

@@ -329,13 +329,15 @@ def _private_step(session, values, request):
 
 
 def _private_part(session, point, request):
-    """The client's part of a private round about the release ``point``, from its own proportions (pooled EM:
-    the released ones) and, under FedGrEM, its own components: its clipped update (each client private), or its
-    :meth:`~fedmm.families.GaussianFamily.whitened_sums` (each row, ``radius`` in ``request``). It keeps its own estimate."""
+    """The client's part of a private round about the release ``point``: its clipped update from its own
+    proportions and, under FedGrEM, its own components (each client private), or its
+    :meth:`~fedmm.families.GaussianFamily.whitened_sums` at the released proportions (each row, ``radius`` in
+    ``request``). It keeps its own estimate."""
     family, n, own = session.family, session.data.n_samples, session.own()
     if "radius" in request:
-        if request["pooled"]:
-            own = own._replace(weights=released_proportions(point.weights)[None])
+        # Every E-step at the released proportions: the client's own, from its own sums, would carry one of its
+        # rows into every later round (fedmm.privacy.PrivateClients._own); they stay its fitted ones.
+        own = own._replace(weights=released_proportions(point.weights)[None])
         sent = sent_params(family, point, own, n)
         sums = family.whitened_sums(session.data, sent, float(request["radius"]))
         session.context.state["fedmm.own"] = _record(flatten(sent._replace(weights=sums.N / n[:, None])))

@@ -179,7 +179,7 @@ class SecureRounds(PrivateTransport):
     def _settings(self, average):
         """What a client needs to compute its part of a round (:func:`fedmm.flower.client._private_part`)."""
         if isinstance(average, PrivateSums):
-            return {"radius": float(average.radius), "n_clients": self.n_clients, "pooled": bool(average.pooled)}
+            return {"radius": float(average.radius), "n_clients": self.n_clients}
         settings = {"clip": float(average.clip), "n_clients": self.n_clients}
         if average.robust:
             settings["centre_variance"] = float(average.centre_variance)

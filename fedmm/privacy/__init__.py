@@ -356,6 +356,7 @@ def bounded_sums(family, sums, n, radius, sd):
     coordinate the limits; one party adds at most the sums of four median clients at the limits."""
     n = np.asarray(n, dtype=float)
     scale = trusted_sizes(n) / n
+    sd = np.concatenate([sd, np.zeros(len(sums) - len(sd))])   # no squares' noise where there are no squares
     out = []
     for f, v, (low, high) in zip(sums, sd, sums_limits(family, sums, radius)):
         if f is None:
@@ -368,6 +369,7 @@ def bounded_sums(family, sums, n, radius, sd):
 
 def noised(sums, sd, random_state):
     """Every field of ``sums`` with Gaussian noise of its standard deviation in ``sd`` added."""
+    sd = np.concatenate([sd, np.zeros(len(sums) - len(sd))])   # no squares' noise where there are no squares
     return type(sums)(*(None if f is None else f + v * random_state.standard_normal(f.shape)
                         for f, v in zip(sums, sd)))
 
@@ -858,7 +860,7 @@ class PrivateClients(PrivateTransport):
         average, family = self._average, self.family
         point = shared_point(broadcast.params)
         sums = isinstance(average, PrivateSums)
-        sent = sent_params(family, point, self._own(point), self.n_samples,
+        sent = sent_params(family, point, self._own(point, for_rows=sums), self.n_samples,
                            average.centre_variance if average.robust else None)
         if sums:   # the sums alone leave the clients, under local noise with each one's own noise on them
             return self._sums(sent, heard)
@@ -896,9 +898,12 @@ class PrivateClients(PrivateTransport):
                                  sent.scale[replied], sums)
         return messages, replied
 
-    def _own(self, point):
-        """What the clients keep, with the proportions of the release ``point`` for their own under pooled EM."""
-        if not getattr(self._average, "pooled", False):
+    def _own(self, point, for_rows=False):
+        """What the clients keep, with the proportions of the release ``point`` for their own under pooled EM, and
+        ``for_rows`` (each row private) in every E-step: proportions a client computed from its own sums would
+        carry one of its rows into every later round's sums, beyond the one row's sensitivity the noise covers.
+        A client's own proportions are still its fitted ones (:meth:`final`)."""
+        if not (for_rows or getattr(self._average, "pooled", False)):
             return self.own
         return self.own._replace(weights=np.broadcast_to(released_proportions(point.weights),
                                                          self.own.weights.shape).copy())
