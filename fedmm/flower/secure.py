@@ -48,7 +48,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..families import MixtureParams
-from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, capped_sizes, clip_rows, coordinate_range,
+from ..privacy import (PrivateSums, PrivateTransport, bounded_sums, clip_rows, coordinate_range,
                        decode, encode, local_update_limit, released_proportions, scale_of, shared_point, sums_bounds,
                        sums_from_vector)
 from ..robust import trusted_sizes
@@ -129,7 +129,8 @@ class SecureRounds(PrivateTransport):
 
     def __init__(self, clients, average):
         super().__init__(clients, average)
-        average.bounded = True    # every coordinate within coordinate_range: what SecAgg+ can hold a party to
+        # Under central noise every coordinate within coordinate_range: what SecAgg+ can hold a party to.
+        average.bounded = average.noise == "central"
         self._rounds = itertools.count(1)
         self._method = ""
 
@@ -146,8 +147,7 @@ class SecureRounds(PrivateTransport):
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731
         if isinstance(average, PrivateSums):
             return self._sums(point, average, every), np.arange(K)
-        # The shares of the sizes given before the rounds (PrivateAverage's own), none read from a reply.
-        share = capped_sizes(self.n_samples) / capped_sizes(self.n_samples).sum()
+        share = average.share   # fixed from the sizes given before the rounds, none read from a reply
         m = encode(self.family, average.d, MixtureParams(*(a[None] for a in point)), point).shape[1]
         mean = share.max() * self._secure_sum(point, self._settings(average), share / share.max(),
                                               coordinate_range(average.clip, m), m)
