@@ -139,9 +139,10 @@ def test_auto_rounds_run_forty_where_a_stage_can_carry_the_fit_and_the_fewest_wi
 
 
 @QUIET
-@pytest.mark.parametrize("method, noise", [("fedem", "central"), ("fedgrem", "central"), ("fedem", "local"),
-                                           ("fedgrem", "local")])
-def test_a_private_fit_is_equivariant_to_units_given_bounds_in_the_same_units(method, noise):
+@pytest.mark.parametrize("method, noise, unit", [("fedem", "central", "client"), ("fedgrem", "central", "client"),
+                                                 ("fedem", "local", "client"), ("fedgrem", "local", "client"),
+                                                 ("fedem", "central", "sample"), ("fedem", "local", "sample")])
+def test_a_private_fit_is_equivariant_to_units_given_bounds_in_the_same_units(method, noise, unit):
     """Everything runs in the units the bounds define: rescaled and shifted features with the bounds mapped
     the same way give the same fit, mapped back (the noise included, on the aggregate or on each client's
     update: it is drawn in those units; FedGrEM's clients' own components too, soft-thresholded in whitened
@@ -152,8 +153,10 @@ def test_a_private_fit_is_equivariant_to_units_given_bounds_in_the_same_units(me
     # Local noise at epsilon 4 on six clients swamps every update, and the rounds (a split's argmax among them)
     # then amplify the units' rounding into another fit: epsilon 1e3 keeps the local path's noise, clipping and
     # robust centre, with rounds that settle.
-    epsilon = 4.0 if noise == "central" else 1e3
-    privacy = lambda bounds: DifferentialPrivacy(epsilon, 1e-6, bounds=bounds, rounds=30, noise=noise)  # noqa: E731
+    # Each row private, the same at epsilon 4 (its noise is one row's, relative to 80 rows a client): 8 and 1e3.
+    epsilon = {("central", "client"): 4.0, ("central", "sample"): 8.0}.get((noise, unit), 1e3)
+    privacy = lambda bounds: DifferentialPrivacy(epsilon, 1e-6, bounds=bounds, rounds=30, noise=noise,  # noqa: E731
+                                                 unit=unit)
     model = _fit(X, method=method, privacy=privacy((np.full(10, -7.0), np.full(10, 7.0))))
     moved = _fit([x * a + b for x in X], method=method, privacy=privacy((-7.0 * a + b, 7.0 * a + b)))
     np.testing.assert_allclose(moved.means_, model.means_ * a + b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
