@@ -22,7 +22,7 @@ LAYERS = [
     {"initialization"},
     {"methods"},
     {"estimators"},
-    {"selection", "studies", "cli", "flower", ""},
+    {"selection", "model_selection", "studies", "cli", "flower", ""},
 ]
 
 

@@ -1,5 +1,7 @@
 """Differential privacy (fedmm.privacy): the accounting, the noise, the clipping, and the private fit."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +14,8 @@ from fedmm import FederatedGaussianMixture  # noqa: E402
 from fedmm.families import GaussianFamily, MixtureParams  # noqa: E402
 from fedmm.methods import METHODS  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
-from fedmm.privacy import (DifferentialPrivacy, PrivateAverage, PrivateClients, calibrated_rounds,  # noqa: E402
-                           clip_rows, encode, epsilon_spent, in_the_box, noise_multiplier, personal_components,
+from fedmm.privacy import (DifferentialPrivacy, OutsideBoundsWarning, PrivateAverage, PrivateClients,  # noqa: E402
+                           calibrated_rounds, clip_rows, clip_to_bounds, encode, epsilon_spent, in_the_box, noise_multiplier, personal_components,
                            robust_centre, shared_point, split_component, update_size)
 from fedmm.protocol import Broadcast, ClientMessage  # noqa: E402
 from fedmm.simulate import make_federated_gmm  # noqa: E402
@@ -111,7 +113,9 @@ def test_a_private_fit_runs_its_calibrated_rounds_and_reports_the_privacy_spent(
     assert set(sent["query"]) == {"units", "start", "step"}
     assert (sent["query"] == "step").sum() == 30
     assert sent["bytes_up"][sent["query"] != "step"].sum() == 0
-    assert np.all(np.isnan(model.log_likelihood_)) and np.isnan(model.lower_bound_)
+    # What the clients do not release is not reported: no log-likelihood at all, rather than NaN.
+    assert not hasattr(model, "log_likelihood_") and not hasattr(model, "lower_bound_")
+    assert "log_likelihood" not in model.history_
     # The shared components are the same on every client; the proportions are each client's own.
     np.testing.assert_array_equal(model.means_, np.broadcast_to(model.means_[0], model.means_.shape))
     np.testing.assert_allclose(model.weights_.sum(axis=1), 1.0)
@@ -443,6 +447,7 @@ def test_privacy_for_each_row_costs_far_less_than_for_each_client(noise):
 
 
 @QUIET
+@pytest.mark.filterwarnings("ignore::fedmm.privacy.OutsideBoundsWarning")   # two rows beyond 7: clipped alike
 @pytest.mark.parametrize("method", ["fedem", "pooled-em"])
 def test_a_sample_level_fit_is_equivariant_to_units_and_pooled_em_shares_its_proportions(method):
     """As at the level of clients (above): everything runs in the bounds' units, the deviations whitened in the
@@ -568,3 +573,80 @@ def test_each_row_private_runs_with_identity_variances(noise):
     fit = _fit(X, covariance_type="identity", n_components=2,
                privacy=DifferentialPrivacy(4.0, 1e-6, bounds=BOUNDS, rounds=4, noise=noise, unit="sample"))
     assert np.all(np.isfinite(fit.means_))
+
+
+# What a private fit reports: rows outside the bounds, what it cannot compute, what verbose prints.
+
+
+@QUIET
+def test_rows_outside_the_bounds_are_clipped_with_a_warning_naming_the_clients_that_hold_them():
+    X, _ = make_federated_gmm(4, 80, random_state=1)
+    X = [x.copy() for x in X]
+    X[2][:3, 0] = 20.0                      # three rows of client 2 beyond the upper bound
+    with pytest.warns(OutsideBoundsWarning, match=r"3 row\(s\) .*client 2: 3 of 80 rows") as caught:
+        fit = _fit(X, n_components=2, rounds=4)
+    assert "client 0" not in str(caught[0].message) and "nothing released" in str(caught[0].message)
+    # The fit is that of the clipped rows: the same as a fit given them clipped.
+    clipped = [np.clip(x, *BOUNDS) for x in X]
+    np.testing.assert_allclose(fit.means_, _fit(clipped, n_components=2, rounds=4).means_)
+    # Rows inside: no warning, nothing changed.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OutsideBoundsWarning)
+        _fit(clipped, n_components=2, rounds=4)
+
+
+def test_clip_to_bounds_clips_each_feature_and_marks_the_rows_outside():
+    X = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, -3.0]])
+    clipped, outside = clip_to_bounds(X, np.array([-1.0, -2.0]), np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(clipped, [[0, 0], [1, 0], [0, -2]])
+    np.testing.assert_array_equal(outside, [False, True, True])
+    np.testing.assert_array_equal(clip_to_bounds(X[:1], -1.0, 1.0)[0], X[:1])
+
+
+def test_a_flower_client_clips_its_own_rows_and_warns_there():
+    """Across parties the client clips on its own machine (the server's hello brings the bounds)."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord
+
+    from fedmm.flower.client import _read
+    X = np.array([[0.0, 0.5], [9.0, 0.0], [0.1, 0.2]])
+    context = SimpleNamespace(state={"fedmm.bounds": ConfigRecord({"bounds": "[-1.0, [1.0, 2.0]]"})},
+                              node_config={"partition-id": 7})
+    with pytest.warns(OutsideBoundsWarning, match=r"client 7: 1 of 3 rows"):
+        data = _read(lambda c: (X, None), context, FederatedGaussianMixture())
+    np.testing.assert_array_equal(data.X, [[0.0, 0.5], [1.0, 0.0], [0.1, 0.2]])
+    context.state.clear()   # not a private fit: the rows as they are
+    np.testing.assert_array_equal(_read(lambda c: (X, None), context, FederatedGaussianMixture()).X, X)
+
+
+@QUIET
+def test_verbose_prints_the_stages_the_rounds_and_the_privacy_spent_and_no_likelihood(capsys):
+    X, _ = make_federated_gmm(4, 80, random_state=1)
+    fit = _fit(X, n_components=2, rounds=4, verbose=1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("private stage 1 of 2 (1 component):") and out[1].startswith("private stage 2 of 2")
+    assert sum(int(line.split(": ")[1].split()[0]) for line in out[:2]) == fit.n_iter_ == 4
+    seconds = [float(line.split("(")[-1].split(" s)")[0]) for line in out[:2]]
+    assert all(0 <= s < 60 for s in seconds)            # the stage's own time, not the process's
+    assert "4 rounds" in out[2] and "converged_ is False" in out[2] and "epsilon 4" in out[2]
+    assert "likelihood per sample" not in "\n".join(out)
+    assert not fit.converged_ and not hasattr(fit, "lower_bound_")
+    # Nothing NaN among the fitted attributes.
+    for name, value in vars(fit).items():
+        if name.endswith("_") and isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            assert not np.isnan(value).any(), name
+    for name, value in fit.history_.items():
+        assert not np.isnan(np.asarray(value, dtype=float)).any(), name
+
+
+@QUIET
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_plain_refit_after_a_private_one_reports_likelihoods_again_and_a_private_refit_drops_them():
+    X, _ = make_federated_gmm(4, 80, random_state=1)
+    model = FederatedGaussianMixture(2, method="fedem", random_state=0, max_iter=20)
+    assert np.isfinite(model.fit(X).lower_bound_)
+    model.set_params(privacy=DifferentialPrivacy(4.0, 1e-6, bounds=BOUNDS, rounds=4)).fit(X)
+    assert not hasattr(model, "lower_bound_") and not hasattr(model, "log_likelihood_")
+    assert np.isfinite(model.set_params(privacy=None).fit(X).lower_bound_)

@@ -2,6 +2,7 @@
 clients, evaluating fitted and new clients, counting parameters; their shared docs."""
 
 import copy
+import time
 import warnings
 from abc import ABC, abstractmethod
 from numbers import Integral, Real
@@ -22,9 +23,11 @@ from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
 from ..privacy import METHODS as PRIVATE_METHODS
-from ..privacy import (PrivateAverage, PrivateClients, PrivateSums, calibrated_rounds, centre_start, epsilon_spent,
-                       noise_multiplier, released_proportions, split_component, stage_rounds, update_size)
+from ..privacy import (OutsideBoundsWarning, PrivateAverage, PrivateClients, PrivateSums, calibrated_rounds,
+                       centre_start, clip_to_bounds, epsilon_spent, noise_multiplier, outside_bounds_message,
+                       released_proportions, split_component, stage_rounds, update_size)
 from ..robust import client_median
+from ._search import check_search_input, new_client_rows, score_with_new_clients, set_method_params
 
 #: Constraints on the arguments both estimators share (:mod:`fedmm._params`), checked first thing in ``fit``.
 _SHARED_CONSTRAINTS = {
@@ -48,6 +51,13 @@ __all__ = ["ClientMixture"]
 
 class _FederatedMixture(BaseEstimator, ABC):
     """Shared machinery: fitting with restarts, and per-client evaluation."""
+
+    # scikit-learn's metadata routing (on with ``sklearn.set_config(enable_metadata_routing=True)``): each row's
+    # client id goes to these methods whenever a search or cross-validation is given ``groups`` (docs/selection.md).
+    __metadata_request__fit = {"groups": True}
+    __metadata_request__score = {"groups": True}
+    __metadata_request__predict = {"groups": True}
+    __metadata_request__predict_proba = {"groups": True}
 
     #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
     _family_class = None
@@ -125,9 +135,17 @@ class _FederatedMixture(BaseEstimator, ABC):
             del self.feature_names_in_
         return self._fit_clients(strategy, clients.family, clients, client_ids, n_features)
 
+    def set_params(self, **params):
+        """Set the estimator's parameters (scikit-learn's), and a method's own options as ``method__<option>``,
+        also where ``method`` is a name: it then becomes that method's object with its defaults and the option."""
+        return super().set_params(**set_method_params(self, params))
+
     def _fit(self, X, y, groups):
+        check_search_input(self, X, groups)
         strategy = self._check_params()
         data = FederatedData.from_input(X, y, groups, require_y=self.needs_y)
+        if getattr(self, "privacy", None) is not None:
+            data = self._clip_to_bounds(data)
         family = self.make_family(data.X.shape[0])
         if data.feature_names is not None:
             self.feature_names_in_ = data.feature_names
@@ -136,6 +154,21 @@ class _FederatedMixture(BaseEstimator, ABC):
         copied = data.client_ids[check_copies(data, stacklevel=4)]
         self._fit_clients(strategy, family, server_side(LocalClients(family, data)), data.client_ids, data.n_features)
         return self.name_suspects(strategy, copied)
+
+    def _clip_to_bounds(self, data):
+        """Every client's rows clipped into the private fit's public ``bounds``, as each client does on its own
+        rows across parties (:mod:`fedmm.flower`), with a warning naming the clients that held rows outside
+        (:class:`fedmm.privacy.OutsideBoundsWarning`): a local check, nothing released."""
+        X, outside = clip_to_bounds(data.X, *self.privacy.validate().box(data.n_features))
+        if not outside.any():
+            return data
+        counts = np.bincount(np.repeat(np.arange(data.n_clients), data.n_samples), weights=outside,
+                             minlength=data.n_clients).astype(int)
+        which = np.flatnonzero(counts)
+        warnings.warn(outside_bounds_message(counts[which], data.n_samples[which],
+                                             [data.client_ids[k].item() for k in which]),
+                      OutsideBoundsWarning, stacklevel=4)
+        return data.with_X(X)
 
     def name_suspects(self, strategy, ids):
         """Put the clients ``ids``, caught by other means than the outlier statistic (rows that copy another
@@ -243,14 +276,17 @@ class _FederatedMixture(BaseEstimator, ABC):
             stages = [n_rounds]
         passes = []
         every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731  (one row per client)
+        progress = _PrivateProgress(self.verbose)
         for i, rounds in enumerate(stages):
+            progress.begin(f"private stage {i + 1} of {len(stages)}" + (f" ({i + 1} component{'s' * (i > 0)})"
+                                                                         if user is None else ""))
             if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
                 point = average.averaged(max(stages[i - 1] // 2, 1))
                 stage = MixtureParams(every(released_proportions(point.weights)), every(point.theta),
                                       every(point.scale))
                 start = split_component(family, stage, point.weights, d, rng)
             # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
-            passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=Progress(self.verbose),
+            passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=progress,
                                      participation=participation))
         # The model: the mean of the last stage's rounds after its first quarter (EM settles within it), which
         # hover about its fixed point; each client's proportions (and under FedGrEM its components) its own.
@@ -263,11 +299,13 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.noise_multiplier_ = sigma
         self.releases_ = [family.to_original(release, units) for release in average.release_history()]
         self.privacy_spent_ = (float(epsilon_spent(sigma, average.releases, privacy.delta)), float(privacy.delta))
-        return self._set_fitted(strategy, family, clients, client_ids, result, None, units, np.nan, server=average)
+        progress.summary(result.n_iter, self.privacy_spent_, (privacy.epsilon, privacy.delta))
+        return self._set_fitted(strategy, family, clients, client_ids, result, None, units, None, server=average)
 
     def _set_fitted(self, strategy, family, clients, client_ids, result, alignment, units, jacobian, server=None):
-        """The fitted attributes of ``result`` (standard units) in the data's units; ``jacobian`` NaN for a
-        private fit, whose log-likelihoods were not released, and whose ``server`` (the server's side that ran,
+        """The fitted attributes of ``result`` (standard units) in the data's units; ``jacobian`` None for a
+        private fit, whose log-likelihoods were not released (no ``log_likelihood_``, ``lower_bound_`` or
+        ``history_["log_likelihood"]``), and whose ``server`` (the server's side that ran,
         :class:`fedmm.privacy.PrivateAverage`) gives the centre and what else the server fitted."""
         server = strategy if server is None else server
         params = family.to_original(result.params, units)
@@ -280,10 +318,15 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.alignment_ = alignment
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
-        self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
         self.communication_ = clients.ledger.summary()
-        self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
-        self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
+        if jacobian is None:   # a private fit: its clients' log-likelihoods were not released, so none are reported
+            self.history_ = {k: v for k, v in result.history.items() if k != "log_likelihood"}
+            for name in ("log_likelihood_", "lower_bound_"):
+                self.__dict__.pop(name, None)
+        else:
+            self.history_ = {**result.history, "log_likelihood": result.history["log_likelihood"] + jacobian}
+            self.log_likelihood_ = result.loglik / clients.n_samples + jacobian
+            self.lower_bound_ = result.loglik.sum() / clients.n_samples.sum() + jacobian
         self._set_centers(family, params, server.groups(result.diagnostics), units)
         for name, value in server.fitted_attributes(result, self.client_ids_, clients.n_samples).items():
             setattr(self, name, value)
@@ -292,7 +335,7 @@ class _FederatedMixture(BaseEstimator, ABC):
             clients.n_samples[:, None] * params.weights, client_ids, family.min_component_size(params.theta.shape[-1]),
             per_client=strategy.per_client, stacklevel=5)
         self.empty_components_ = check_empty_components(clients.n_samples[:, None] * params.weights, stacklevel=5)
-        if not self.converged_ and np.isfinite(jacobian):  # a private fit has no stopping rule to meet
+        if not self.converged_ and jacobian is not None:  # a private fit has no stopping rule to meet
             warnings.warn(f"method={strategy.name or type(strategy).__name__!r} did not converge in "
                           f"max_iter={self.max_iter} rounds (tol={self.tol:g}); increase max_iter or tol, or try "
                           "other starts (n_init).", ConvergenceWarning, stacklevel=3)
@@ -475,6 +518,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         return unpack(log_norm)
 
     def _score(self, X, y, client, groups):
+        new = new_client_rows(self, X, client, groups)
+        if new is not None:   # held-out clients (GroupKFold): scored as new clients
+            return score_with_new_clients(self, X, y, groups, new)
         _, log_norm, _, _ = self._log_resp(X, y, client, groups)
         return float(log_norm.mean())
 
@@ -519,6 +565,26 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _aic(self, X, y, client, groups):
         return self._information_criterion(X, y, client, groups, lambda n: 2.0)
+
+
+class _PrivateProgress(Progress):
+    """What a private fit prints (``verbose``): each stage's calibrated rounds and time, and at the end the
+    rounds and the privacy spent; no log-likelihood, which its clients do not release."""
+
+    def round(self, t, record):
+        if self.verbose >= 2 and t % self.interval == 0:
+            self._print(f"  {self.label}, round {t}: " + ", ".join(f"{k} {v:.6g}" for k, v in record.items()
+                                                                   if k != "log_likelihood"))
+
+    def end(self, t, converged, loglik_per_sample):
+        if self.verbose >= 1:
+            self._print(f"{self.label}: {t} rounds ({time.perf_counter() - self._since:.2f} s)")
+
+    def summary(self, n_iter, spent, budget):
+        if self.verbose >= 1:
+            self._print(f"private fit: {n_iter} rounds, the number its noise was calibrated for (no stopping rule: "
+                        f"converged_ is False), spent epsilon {spent[0]:.4g} of {budget[0]:g} at delta "
+                        f"{spent[1]:g}; log-likelihoods are not released")
 
 
 class ClientMixture:
@@ -634,7 +700,8 @@ _SHARED_PARAMS_DOC = """
     verbose : int, default=0
         0 prints nothing; 1 one line per run (start, FedGrEM's restart passes)
         with its rounds, time and log-likelihood per sample; 2 also every 10
-        rounds, with the round's records (as in ``history_``).
+        rounds, with the round's records (as in ``history_``). A private fit prints each stage's rounds and
+        time, then its rounds and the privacy spent (no log-likelihood: none is released).
     random_state : int, RandomState instance or None, default=None
         Seeds every random choice (the starts).
 """
@@ -653,6 +720,9 @@ _SHARED_ATTRS_DOC = """
         bounds each pass, and FedGrEM's restarts from the consensus
         (``center_restarts``) add passes, so ``n_iter_`` can exceed it.
     converged_ : bool
+        Whether the stopping rule (``tol``) was met within ``max_iter`` rounds. A private fit has no stopping
+        rule (the log-likelihoods it would read are not released): it runs exactly the rounds its noise was
+        calibrated for, and ``converged_`` is False.
     singular_components_ : ndarray of shape (n_clients, n_components), bool
         Components that hold at least half a sample but fewer than their own variance needs (two for a
         diagonal variance, ``d + 1`` for a full covariance, the coefficients and one more for a
@@ -662,16 +732,17 @@ _SHARED_ATTRS_DOC = """
         Components with less than half a sample over all clients: the fit is a mixture of fewer
         components, and warns (``EmptyComponentWarning``; ``docs/units.md``).
     log_likelihood_ : ndarray of shape (n_clients,)
-        Mean log-likelihood per sample of every client at the fitted parameters.
+        Mean log-likelihood per sample of every client at the fitted parameters. Absent after a private fit,
+        whose clients do not release their log-likelihoods (``score`` computes them where the data are).
     lower_bound_ : float
-        Mean log-likelihood per sample over all clients.
+        Mean log-likelihood per sample over all clients; absent after a private fit, as ``log_likelihood_``.
     alignment_ : Alignment or None
         The permutations applied to align the clients' labels (``perms``, of
         shape (n_clients, n_components)), their score and method; None when
         none were applied.
     history_ : dict of ndarray of shape (n_iter_,)
         Round by round, for the start with the highest total log-likelihood:
-        ``"log_likelihood"`` (mean per sample, at the round's start),
+        ``"log_likelihood"`` (mean per sample, at the round's start; not after a private fit),
         ``"parameter_change"``, ``"messages"`` and ``"floats"`` sent in the round
         (``docs/decentralized.md``, "Communication"), and for FedGrEM ``"penalty"`` (``lambda_t``),
         ``"central_iterations"``, ``"pooled_fraction"`` and ``"groups"``.

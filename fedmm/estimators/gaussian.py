@@ -40,7 +40,9 @@ class FederatedGaussianMixture(_FederatedMixture):
         (``unit="sample"``: ``"fedem"`` or ``"pooled-em"``), noise on the aggregate or on each client's
         message (``docs/privacy.md``): the fit then runs exactly the rounds ``privacy`` calibrates its noise for
         (``n_iter_``) from a public start (or ``means_init``), and ``privacy_spent_`` says what they spent.
-        None (the default) runs none of it.
+        Each client first clips its rows into the privacy's ``bounds``, with a warning of how many were outside
+        (:class:`fedmm.privacy.OutsideBoundsWarning`); the fit reports no log-likelihood (none is released) and
+        ``converged_`` is False (no stopping rule). None (the default) runs none of it.
 
     Attributes
     ----------
@@ -162,7 +164,9 @@ class FederatedGaussianMixture(_FederatedMixture):
             in float32 (half the memory; sums and parameters in float64), anything else in float64.
         y : ignored
         groups : array-like of shape (n,), optional
-            The client id of every row when ``X`` is one array (without it, the array is one client).
+            The client id of every row when ``X`` is one array (without it, the array is one client). In
+            scikit-learn's searches and cross-validation, turn metadata routing on and pass ``groups`` to the
+            search: the estimator requests them (``docs/selection.md``, "Tuning with scikit-learn").
 
         Returns
         -------
@@ -197,7 +201,11 @@ class FederatedGaussianMixture(_FederatedMixture):
         return self._score_samples(X, None, client, groups)
 
     def score(self, X, y=None, client=None, groups=None):
-        """Mean log-likelihood per sample over all the given samples."""
+        """Mean log-likelihood per sample over all the given samples.
+
+        With ``groups``, rows of clients the model was not fitted on (held out by ``GroupKFold``, say) are
+        scored as new clients: each one's proportions fitted to its rows (:meth:`personalize`), its components
+        the consensus's (``docs/selection.md``)."""
         return self._score(X, None, client, groups)
 
     def bic(self, X, client=None, groups=None):

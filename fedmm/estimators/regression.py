@@ -50,8 +50,16 @@ class FederatedMixtureRegression(_FederatedMixture):
 
     Notes
     -----
-    Likelihoods are those of ``y`` given ``x`` (as flexmix reports them);
-    ``score`` is the mean log-likelihood per sample, not R^2.
+    Likelihoods are those of ``y`` given ``x`` (as flexmix reports them):
+    ``predict_proba``, ``score_samples`` and ``score`` take ``y``, and ``score`` is the mean log-likelihood
+    per sample, not R^2; ``predict(X)`` is the prior-weighted mean response.
+
+    scikit-learn's estimator checks pass except nine, which call ``predict_proba(X)`` or
+    ``score_samples(X)`` without ``y`` and fail on the missing argument: ``check_estimators_unfitted``,
+    ``check_n_features_in_after_fitting``, ``check_estimators_dtypes``, ``check_estimators_pickle``,
+    ``check_methods_sample_order_invariance``, ``check_methods_subset_invariance``,
+    ``check_dict_unchanged``, ``check_fit_idempotent`` and ``check_fit2d_predict1d``
+    (``docs/models.md``; ``tests/test_sklearn_checks.py`` checks that each fails for want of ``y`` only).
     """
 
     _theta_init = "coef_init"
@@ -162,7 +170,9 @@ class FederatedMixtureRegression(_FederatedMixture):
             :meth:`FederatedGaussianMixture.fit`).
         y : list of array-like of shape (n_k,), or array-like of shape (n,)
         groups : array-like of shape (n,), optional
-            The client id of every row when ``X`` is one array (without it, the array is one client).
+            The client id of every row when ``X`` is one array (without it, the array is one client). In
+            scikit-learn's searches and cross-validation, turn metadata routing on and pass ``groups`` to the
+            search: the estimator requests them (``docs/selection.md``, "Tuning with scikit-learn").
 
         Returns
         -------
@@ -195,7 +205,10 @@ class FederatedMixtureRegression(_FederatedMixture):
         return self._score_samples(X, y, client, groups)
 
     def score(self, X, y, client=None, groups=None):
-        """Mean log-likelihood per sample of ``y`` given ``x`` (not R^2)."""
+        """Mean log-likelihood per sample of ``y`` given ``x`` (not R^2).
+
+        With ``groups``, rows of clients the model was not fitted on are scored as new clients, through
+        :meth:`personalize` (as :meth:`FederatedGaussianMixture.score`)."""
         return self._score(X, y, client, groups)
 
     def bic(self, X, y, client=None, groups=None):

@@ -32,7 +32,9 @@ noise with Flower's message type ``train``, through Flower's SecAgg+: the releas
 ``FitIns``; the client replies with its clipped update (each row private: its E-step's sums over its size) and
 its weight, which SecAgg+'s mod masks before they leave. Under local noise with the query ``private_step``:
 the release's components arrive, and the client replies with its ``update`` (or sums) with its own noise on it.
-In such a fit ``hello`` gets the client's size and number of features only, and ``units`` nothing.
+In such a fit ``hello`` gets the client's size and number of features only, and ``units`` nothing; a private
+``hello`` with ``bounds`` (the fit's public bounds, ``[lower, upper]`` in JSON) has the client clip its rows into
+them and warn, locally, how many were outside (:class:`fedmm.privacy.OutsideBoundsWarning`).
 
 A query with ``train_fold`` in its settings is answered from the client's rows outside that fold
 (cross-validation of ``penalty="auto"``, :func:`fedmm.algorithms.tuning.select_penalty`): the server fits on
@@ -44,6 +46,7 @@ config, when it has one: the server orders the clients by it and reports it in `
 """
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +62,8 @@ from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
 from ..families import MixtureParams
 from ..methods import METHODS
-from ..privacy import (clip_rows, noised, released_proportions, sent_params, shared_point, sums_bounds, sums_noise,
-                       sums_vector)
+from ..privacy import (OutsideBoundsWarning, clip_rows, clip_to_bounds, noised, outside_bounds_message,
+                       released_proportions, sent_params, shared_point, sums_bounds, sums_noise, sums_vector)
 from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
@@ -168,6 +171,8 @@ def _hello(read):
         cls = ESTIMATORS[request["estimator"]]
         context.state["fedmm.model"] = ConfigRecord({"estimator": request["estimator"], "params": request["params"]})
         est = cls(**json.loads(request["params"]))
+        if request.get("bounds") is not None:   # a private fit's public bounds: the client clips its rows into them
+            context.state["fedmm.bounds"] = ConfigRecord({"bounds": request["bounds"]})
         data = read(context, est)
         if request.get("private"):   # a private fit: the sums would be a release
             return {"n": data.n_samples, "d": np.array([data.X.shape[1]])}
@@ -177,7 +182,25 @@ def _hello(read):
 
 def _read(load, context, est):
     X, y = load(context)
-    return FederatedData.from_input([X], None if y is None else [y], require_y=est.needs_y)
+    data = FederatedData.from_input([X], None if y is None else [y], require_y=est.needs_y)
+    if "fedmm.bounds" in context.state:
+        data = _clip_to_bounds(data, context)
+    return data
+
+
+def _clip_to_bounds(data, context):
+    """The client's rows clipped into a private fit's public bounds (``[lower, upper]`` in JSON, numbers or one
+    per feature, as the server sent them at ``hello``), with a warning here, on the client, of how many were
+    outside (:class:`fedmm.privacy.OutsideBoundsWarning`): nothing leaves the client."""
+    d = data.X.shape[1]
+    lower, upper = (np.broadcast_to(np.asarray(b, dtype=float), (d,))
+                    for b in json.loads(context.state["fedmm.bounds"]["bounds"]))
+    X, outside = clip_to_bounds(data.X, lower, upper)
+    if outside.any():
+        name = context.node_config.get("client-id", context.node_config.get("partition-id", "this client"))
+        warnings.warn(outside_bounds_message([outside.sum()], data.n_samples, [name]), OutsideBoundsWarning,
+                      stacklevel=2)
+    return data.with_X(X)
 
 
 class _Session:

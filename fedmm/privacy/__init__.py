@@ -82,7 +82,7 @@ from ..robust import trusted_sizes
 from ..units import Moments
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums", "noise_multiplier",
-           "epsilon_spent", "calibrated_rounds", "release_sd", "local_update_limit", "coordinate_range", "as_under_secure_aggregation", "bounded_updates", "update_size", "sums_shares", "row_sensitivity", "sums_noise", "sums_limits", "bounded_sums", "sums_vector", "sums_bounds", "sums_from_vector", "clip_rows", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
+           "epsilon_spent", "calibrated_rounds", "release_sd", "local_update_limit", "coordinate_range", "as_under_secure_aggregation", "bounded_updates", "update_size", "sums_shares", "row_sensitivity", "sums_noise", "sums_limits", "bounded_sums", "sums_vector", "sums_bounds", "sums_from_vector", "clip_rows", "clip_to_bounds", "outside_bounds_message", "OutsideBoundsWarning", "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
            "personal_components", "released_proportions"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
@@ -264,6 +264,31 @@ def clip_rows(v, clip):
     peak = np.maximum(np.abs(v).max(axis=1, keepdims=True), np.finfo(float).tiny)
     norms = peak * np.linalg.norm(v / peak, axis=1, keepdims=True)
     return v * np.minimum(1.0, clip / norms)
+
+
+class OutsideBoundsWarning(UserWarning):
+    """A client's rows lie outside the public ``bounds`` of a private fit: the client clipped them into the box
+    (:func:`clip_to_bounds`). A local warning, from the client's own rows: nothing is released, nothing spent."""
+
+
+def clip_to_bounds(X, lower, upper):
+    """``(X clipped into [lower, upper], outside)``: one client's rows (or several clients' stacked) clipped to a
+    private fit's public box, feature by feature, and the mask of the rows that had a feature outside it. The
+    client does this before its first round, on its own rows (:class:`OutsideBoundsWarning`)."""
+    X = np.asarray(X)
+    lower, upper = np.asarray(lower, dtype=X.dtype), np.asarray(upper, dtype=X.dtype)
+    outside = np.any((X < lower) | (X > upper), axis=1)
+    return (np.clip(X, lower, upper) if outside.any() else X), outside
+
+
+def outside_bounds_message(counts, sizes, names):
+    """What a warning says of the clients ``names`` whose ``counts`` of their ``sizes`` rows lay outside the
+    bounds (only those with some; the first five named)."""
+    shown = [f"client {name!r}: {int(c)} of {int(n)} rows" for name, c, n in zip(names, counts, sizes)][:5]
+    more = f"; {len(names) - 5} more client{'s' * (len(names) > 6)}" if len(names) > 5 else ""
+    return (f"{int(np.sum(counts))} row(s) lie outside DifferentialPrivacy's bounds ({'; '.join(shown)}{more}); "
+            "each client clipped its own into the bounds before the fit (a local check: nothing released, no "
+            "budget spent). The fit describes the clipped rows: widen bounds to the features' public range.")
 
 
 def row_radius(n_features):
@@ -468,8 +493,10 @@ class DifferentialPrivacy(BaseEstimator):
         In (0, 1); take it well below ``1 / n_clients``.
     bounds : tuple (lower, upper)
         The features' public range: numbers or arrays of shape (n_features,), ``lower < upper``. It sets
-        the units the fit runs in (the box becomes ``[-1, 1]^d``) and the start; rows outside it are used as
-        they are (the guarantee does not depend on them).
+        the units the fit runs in (the box becomes ``[-1, 1]^d``) and the start. Each client clips its rows
+        into it before the fit and warns how many were outside (:class:`OutsideBoundsWarning`, a local check:
+        nothing released). Bounds far wider than the data cost accuracy without a warning: the start and the
+        noise are in the box's units.
     clip : float, default=1.0
         The largest norm of one client's update in one round, in the components' own units: proportions,
         mean displacements over the components' spread (:meth:`~fedmm.families.GaussianFamily.whiten`) and
@@ -834,6 +861,10 @@ class PrivateTransport:
         return np.zeros(self.n_clients)
 
 
+class _Refused(ValueError, AttributeError):
+    """A query a private fit's clients refuse: a clear ``ValueError``, and no attribute to ``hasattr``."""
+
+
 class PrivateClients(PrivateTransport):
     """The clients' side of a private fit in one process: a transport of clients (:mod:`fedmm.clients`) that
     releases nothing but the private rounds.
@@ -909,7 +940,8 @@ class PrivateClients(PrivateTransport):
                                                          self.own.weights.shape).copy())
 
     def __getattr__(self, name):
-        raise ValueError(f"A private fit does not ask its clients for {name!r}: it would read their rows outside "
+        # An AttributeError too, so that hasattr (the engine asking whether a transport has a query) says no.
+        raise _Refused(f"A private fit does not ask its clients for {name!r}: it would read their rows outside "
                          "the rounds the noise was calibrated for. Under privacy use the default start (the "
                          "public splitting start, or your own means_init), n_init=1, and options the data do not "
                          "choose.")
