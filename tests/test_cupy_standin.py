@@ -133,6 +133,9 @@ class StandIn(types.ModuleType):
     def exp(self, a):
         return self._call(np.exp, _unwrap(a))
 
+    def ones(self, shape, dtype=float):
+        return self._call(np.ones, shape, dtype=dtype)  # made on the device: no transfer
+
     def broadcast_to(self, a, shape):
         return self._call(np.broadcast_to, _unwrap(a), shape)
 
