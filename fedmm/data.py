@@ -107,13 +107,26 @@ class FederatedData:
         """(K,) for each client the position of an earlier client whose rows (and responses) it repeats bit for
         bit, -1 for none: the same data loaded twice, or a party that copies another's. Across parties the
         server counts such a copy once (its replies repeat the first's, :class:`fedmm.flower.server.FlowerClients`);
-        in one process the fit names it (:func:`check_copies`)."""
-        first, out = {}, np.full(self.n_clients, -1, dtype=np.intp)
-        for k in range(self.n_clients):
+        in one process the fit names it (:func:`check_copies`).
+
+        Only clients that share a fingerprint with another (:meth:`_fingerprints`) are compared byte for byte."""
+        _, group = np.unique(self._fingerprints(), return_inverse=True)
+        out, first = np.full(self.n_clients, -1, dtype=np.intp), {}
+        for k in np.flatnonzero(np.bincount(group)[group] > 1):
             one = self.client_data(k)
-            key = (one.X.tobytes(), None if one.y is None else one.y.tobytes())
-            out[k] = first.setdefault(key, k)
-        return np.where(out == np.arange(self.n_clients), -1, out)
+            j = first.setdefault((one.X.tobytes(), None if one.y is None else one.y.tobytes()), k)
+            out[k] = -1 if j == k else j
+        return out
+
+    def _fingerprints(self):
+        """(K,) uint64, equal for clients whose rows and responses are: a hash (wrapping sums of the bits
+        times fixed odd numbers) of each client's size and first and last rows."""
+        ends = np.concatenate([self.offsets[:-1], self.offsets[1:] - 1])
+        parts = [self.X[ends]] + ([] if self.y is None else [self.y[ends, None]])
+        bits = np.hstack([self.n_samples[:, None].astype(np.uint64)] +
+                         [np.hstack(np.split(p.astype(np.float64).view(np.uint64), 2)) for p in parts])
+        odd = np.random.RandomState(0).randint(2 ** 62, size=bits.shape[1], dtype=np.uint64) * 2 + 1
+        return (bits * odd).sum(axis=1)
 
     def with_X(self, X):
         """Same clients and order, new sample matrix (e.g. a design matrix)."""
@@ -159,46 +172,26 @@ class FederatedData:
         if not isinstance(X, (list, tuple)) and groups is None:
             X, y = [X], None if y is None else [y]  # one array without groups: one client (scikit-learn's fit(X))
         names = _feature_names(X)
-        order = rows = None
+        order = None
         if isinstance(X, (list, tuple)):
             if groups is not None:
                 raise ValueError("Pass either a list of client arrays or one array with groups=, not both.")
             if y is not None and (not isinstance(y, (list, tuple)) or len(y) != len(X)):
                 raise ValueError("With a list of client arrays X, y must be a list of the same length "
                                  f"(got {len(X)} clients in X).")
-            Xs = list(X)
-            ys = None if y is None else list(y)
-            client_ids = np.arange(len(Xs)) if client_ids is None else np.asarray(client_ids)
+            client_ids = np.arange(len(X)) if client_ids is None else np.asarray(client_ids)
+            Xs = [_client_X(Xk, _name(k, client_ids[k])) for k, Xk in enumerate(X)]
+            _check_dimensions(Xs, client_ids, n_features, model)
+            offsets = np.concatenate([[0], np.cumsum([len(Xk) for Xk in Xs])]).astype(np.intp)
+            X_all = _packed(Xs)
+            y_all = None if y is None else np.concatenate(
+                [_client_y(yk, Xk.shape[0], _name(k, client_ids[k])) for k, (Xk, yk) in enumerate(zip(Xs, y))])
         else:
-            _check_container(groups, "groups")
-            X_arr = _as_array(X, "X")
-            groups = _check_groups(groups)
-            if groups.ndim != 1 or X_arr.ndim == 0 or len(groups) != len(X_arr):
-                raise ValueError(f"groups must be 1-D with one client id per row of X "
-                                 f"(got shape {groups.shape} for X of shape {X_arr.shape}).")
-            client_ids, inverse = np.unique(groups, return_inverse=True)
-            order = np.argsort(inverse, kind="stable")
-            cuts = np.cumsum(np.bincount(inverse, minlength=len(client_ids)))[:-1]
-            rows = np.split(order, cuts)
-            if y is not None:
-                _check_container(y, "y")
-                y = _as_array(y, "y")
-                if y.ndim == 0 or len(y) != len(X_arr):
-                    raise ValueError(f"y must have one entry per row of X ({len(X_arr)} rows); got shape {y.shape}.")
-            Xs = [X_arr[r] for r in rows]
-            ys = None if y is None else [y[r] for r in rows]
-
-        Xs = [_check_client_X(Xk, _name(k, client_ids[k]), None if rows is None else rows[k])
-              for k, Xk in enumerate(Xs)]
-        _check_dimensions(Xs, client_ids, n_features, model)
-        if ys is not None:
-            ys = [_check_client_y(yk, Xk.shape[0], _name(k, client_ids[k]), None if rows is None else rows[k])
-                  for k, (Xk, yk) in enumerate(zip(Xs, ys))]
-        offsets = np.concatenate([[0], np.cumsum([len(Xk) for Xk in Xs])]).astype(np.intp)
-        # float32 input stays float32 (half the memory; the kernels sum in float64), as scikit-learn's KMeans does.
-        dtype = np.float32 if all(Xk.dtype == np.float32 for Xk in Xs) else np.float64
-        X_all = np.ascontiguousarray(np.concatenate(Xs), dtype=dtype)
-        y_all = None if ys is None else np.ascontiguousarray(np.concatenate(ys), dtype=np.float64)
+            client_ids, order, offsets, X_all, y_all = _grouped(X, y, groups, n_features, model)
+        _check_values(X_all, offsets, client_ids, order, "X")
+        if y_all is not None:
+            _check_values(y_all, offsets, client_ids, order, "y")
+            y_all = np.ascontiguousarray(y_all, dtype=np.float64)
         return cls(X_all, y_all, offsets, np.asarray(client_ids), order, names)
 
     def check_components(self, n_components, *, per_client):
@@ -404,6 +397,47 @@ def _where(bad, rows):
     return f"row {bad[0]} of the client's array" if rows is None else f"row {rows[bad[0]]} of X"
 
 
+def _grouped(X, y, groups, n_features, model):
+    """``groups`` input sorted by client: ``(client_ids, order, offsets, X, y)``, ``X`` and ``y`` in client
+    order. The caller's array is checked as a whole (its shape and type are every client's: the messages
+    name the first client, which the checks client by client also named) and gathered once."""
+    _check_container(groups, "groups")
+    X_arr = _as_array(X, "X")
+    groups = _check_groups(groups)
+    if groups.ndim != 1 or X_arr.ndim == 0 or len(groups) != len(X_arr):
+        raise ValueError(f"groups must be 1-D with one client id per row of X "
+                         f"(got shape {groups.shape} for X of shape {X_arr.shape}).")
+    if groups.size == 0:
+        raise ValueError("X has no rows: at least one client with samples is needed.")
+    order = np.argsort(groups, kind="stable")    # one sort: np.unique's and then one of its labels' was two
+    ordered = groups[order]
+    new_client = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    client_ids = ordered[new_client]
+    offsets = np.append(np.flatnonzero(new_client), len(groups)).astype(np.intp)
+    X_all = _packed([_by_client(_client_X, X_arr, order, offsets, client_ids)])
+    _check_dimensions([X_all] * len(client_ids), client_ids, n_features, model)
+    if y is None:
+        return client_ids, order, offsets, X_all, None
+    _check_container(y, "y")
+    y = _as_array(y, "y")
+    if y.ndim == 0 or len(y) != len(X_arr):
+        raise ValueError(f"y must have one entry per row of X ({len(X_arr)} rows); got shape {y.shape}.")
+    return client_ids, order, offsets, X_all, _by_client(lambda yk, name: _client_y(yk, len(yk), name), y, order,
+                                                        offsets, client_ids)
+
+
+def _by_client(check, values, order, offsets, client_ids):
+    """``check(values, name)`` of the caller's whole array, gathered into client order. Its shape and type are
+    every client's, so a failure is the first client's, except where an object array's conversion fails on
+    another client's entry: then the clients are checked one by one, so that the message names that client."""
+    try:
+        return check(values, _name(0, client_ids[0]))[order]
+    except (TypeError, ValueError):
+        for k in range(len(client_ids)):
+            check(values[order[offsets[k]:offsets[k + 1]]], _name(k, client_ids[k]))
+        raise
+
+
 def _real(values, name, what):
     """``values`` as real numbers: numeric dtypes as they are, objects converted if each is a real number."""
     if values.dtype == object:
@@ -419,7 +453,15 @@ def _real(values, name, what):
     return values
 
 
-def _check_client_X(Xk, name, rows):
+def _packed(Xs):
+    """The clients' arrays as one C-contiguous array: float32 input stays float32 (half the memory; the
+    kernels sum in float64), as scikit-learn's KMeans does; anything else is float64."""
+    dtype = np.float32 if all(Xk.dtype == np.float32 for Xk in Xs) else np.float64
+    return np.ascontiguousarray(Xs[0] if len(Xs) == 1 else np.concatenate(Xs), dtype=dtype)
+
+
+def _client_X(Xk, name):
+    """One client's ``X`` as a 2-D array of real numbers with samples and features (its values unchecked)."""
     Xk = _as_array(Xk, f"{name}: X")
     if Xk.ndim != 2:
         hint = " Reshape your data with X_k.reshape(-1, 1) if it has one feature." if Xk.ndim == 1 else ""
@@ -428,28 +470,61 @@ def _check_client_X(Xk, name, rows):
         raise ValueError(f"{name} has no samples; drop it or give it data.")
     if Xk.shape[1] == 0:
         raise ValueError(f"{name}: X has 0 feature(s) (shape={Xk.shape}) while a minimum of 1 is required.")
-    Xk = _real(Xk, name, "X")
-    if not np.all(np.isfinite(Xk)):
-        bad = np.flatnonzero(~np.all(np.isfinite(Xk), axis=1))
-        raise ValueError(f"{name}: X contains NaN or infinity in {bad.size} row(s) (first: {_where(bad, rows)}); "
-                         "remove or impute them.")
-    _check_magnitude(Xk, name, "X", rows)
-    return Xk
+    return _real(Xk, name, "X")
 
 
-def _check_client_y(yk, n_k, name, rows):
+def _client_y(yk, n_k, name):
+    """One client's ``y`` as a 1-D array of ``n_k`` real numbers (its values unchecked)."""
     yk = _as_array(yk, f"{name}: y")
     if yk.ndim == 2 and yk.shape[1] == 1:
         yk = yk[:, 0]
     if yk.ndim != 1 or yk.shape[0] != n_k:
         raise ValueError(f"{name}: y must be 1-D with one entry per row of X (got shape {yk.shape} for {n_k} rows).")
-    yk = _real(yk, name, "y")
-    if not np.all(np.isfinite(yk)):
-        bad = np.flatnonzero(~np.isfinite(yk))
-        raise ValueError(f"{name}: y contains NaN or infinity at {bad.size} position(s) (first: {_where(bad, rows)}); "
+    return _real(yk, name, "y")
+
+
+def _check_values(values, offsets, client_ids, order, what):
+    """Every client's ``values`` (``X`` or ``y``, in client order) finite and within the magnitudes the
+    moments can square (:func:`_check_magnitude`), checked for all clients at once from each client's
+    smallest and largest value per feature; the first client that fails is checked alone, for its message."""
+    if _plainly_fine(values):
+        return
+    columns = values.reshape(len(values), -1)
+    starts = offsets[:-1]
+    largest = np.maximum(np.abs(np.maximum.reduceat(columns, starts, axis=0)),
+                         np.abs(np.minimum.reduceat(columns, starts, axis=0))).astype(float)   # (K, features)
+    bad = ~np.isfinite(largest) | (largest > MAX_MAGNITUDE) | ((largest > 0) & (largest < 1 / MAX_MAGNITUDE))
+    failing = np.flatnonzero(bad.any(axis=1))
+    if failing.size:
+        k = failing[0]
+        rows = slice(offsets[k], offsets[k + 1])
+        _check_client_values(values[rows], _name(k, client_ids[k]), what, None if order is None else order[rows])
+
+
+def _plainly_fine(values, chunk=65536):
+    """Whether all ``values`` are finite, at most ``MAX_MAGNITUDE`` in magnitude, and none nonzero below its
+    reciprocal: then every client's are, and :func:`_check_values` need not look client by client (a single
+    tiny value is allowed there, a feature tiny on a whole client not). Two reductions, and a pass in chunks
+    of rows for tiny values."""
+    with np.errstate(invalid="ignore"):
+        largest = max(abs(float(values.max())), abs(float(values.min())))
+    if not largest <= MAX_MAGNITUDE:   # also NaN
+        return False
+    if values.dtype.kind != "f":
+        return True
+    return not any(((np.abs(values[i:i + chunk]) < 1 / MAX_MAGNITUDE) & (values[i:i + chunk] != 0)).any()
+                   for i in range(0, len(values), chunk))
+
+
+def _check_client_values(values, name, what, rows):
+    """One client's ``values`` finite and of a magnitude the moments can square; else a ``ValueError`` naming
+    the client and the first bad row."""
+    if not np.all(np.isfinite(values)):
+        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+        where = f"in {bad.size} row(s)" if what == "X" else f"at {bad.size} position(s)"
+        raise ValueError(f"{name}: {what} contains NaN or infinity {where} (first: {_where(bad, rows)}); "
                          "remove or impute them.")
-    _check_magnitude(yk, name, "y", rows)
-    return yk
+    _check_magnitude(values, name, what, rows)
 
 
 #: Magnitudes beyond which sums of squares overflow float64 (or, below the reciprocal, underflow).

@@ -37,6 +37,7 @@ the alignment do not follow. Either can change a start, not the model.
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from .robust import trusted_sizes
 
@@ -62,24 +63,57 @@ class Moments(NamedTuple):
     y_second: float | None
 
 
-#: Rows of float32 data converted to float64 at a time for the moments.
-_CHUNK = 65536
-
-
 def client_sums(data):
-    """One client's sums ``{"n", "sum_x", "sum_xx"[, "sum_y", "sum_yy"]}``: what it sends for the moments.
+    """One client's sums ``{"n", "sum_x", "sum_xx"[, "sum_y", "sum_yy"]}``: what it sends for the moments
+    (:func:`_clients_sums` of one client, so that a remote client sends the numbers the in-process one adds)."""
+    sums = _clients_sums(data.X, data.y, np.array([0, len(data.X)]))
+    return {key: value[0] for key, value in sums.items()}
 
-    Accumulated in float64 also for float32 data (in chunks, not a float64 copy): the variance
-    ``sum_xx / n - mean^2`` cancels, and float32 sums of a million rows far from 0 would leave noise.
-    """
-    sum_x, sum_xx = 0.0, 0.0
-    for start in range(0, len(data.X), _CHUNK):
-        X = data.X[start:start + _CHUNK].astype(np.float64, copy=False)
-        sum_x, sum_xx = sum_x + X.sum(axis=0), sum_xx + X.T @ X
-    sums = {"n": np.array([float(len(data.X))]), "sum_x": sum_x, "sum_xx": sum_xx}
-    if data.y is not None:
-        sums.update(sum_y=np.array([data.y.sum()]), sum_yy=np.array([data.y @ data.y]))
+
+def _clients_sums(X, y, offsets):
+    """Every client's sums of :func:`client_sums` (client ``k``: rows ``offsets[k]:offsets[k+1]``), stacked with
+    a leading client axis: ``n`` (K, 1), ``sum_x`` (K, d), ``sum_xx`` (K, d, d), and for responses ``sum_y``,
+    ``sum_yy`` (K, 1). One compiled pass, in float64 also for float32 data (the variance ``sum_xx / n - mean^2``
+    cancels: float32 sums of a million rows far from 0 would leave noise)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sum_x, sum_xx = _moment_sums(X, offsets)
+    sums = {"n": np.diff(offsets).astype(np.float64)[:, None], "sum_x": sum_x, "sum_xx": sum_xx}
+    if y is not None:
+        sum_y, sum_yy = _moment_sums(np.ascontiguousarray(y).reshape(-1, 1), offsets)
+        sums.update(sum_y=sum_y, sum_yy=sum_yy[:, 0])
     return sums
+
+
+@njit(cache=True)
+def _moment_sums(X, offsets):
+    """Each client's ``sum_i x_i`` (K, d) and ``sum_i x_i x_i^T`` (K, d, d) in float64, summed about the client's
+    first row ``s`` and shifted back (``sum x x^T = sum z z^T + s (sum z)^T + (sum z) s^T + n s s^T``,
+    ``z = x - s``: the shifted-data algorithm, Chan, Golub & LeVeque, Am. Stat. 1983): far from 0 the
+    variance's cancellation then costs the rounding of the shift-back, not of every row's square."""
+    K, d = offsets.shape[0] - 1, X.shape[1]
+    sum_x = np.zeros((K, d))
+    sum_xx = np.zeros((K, d, d))
+    z = np.empty(d)
+    for k in range(K):
+        lo, hi = offsets[k], offsets[k + 1]
+        if hi == lo:
+            continue
+        s = X[lo].astype(np.float64)
+        c1 = np.zeros(d)
+        c2 = np.zeros((d, d))
+        for i in range(lo, hi):
+            for a in range(d):
+                z[a] = X[i, a] - s[a]
+                c1[a] += z[a]
+                for b in range(a + 1):
+                    c2[a, b] += z[a] * z[b]
+        n = float(hi - lo)
+        for a in range(d):
+            sum_x[k, a] = c1[a] + n * s[a]
+            for b in range(a + 1):
+                sum_xx[k, a, b] = c2[a, b] + s[a] * c1[b] + c1[a] * s[b] + n * s[a] * s[b]
+                sum_xx[k, b, a] = sum_xx[k, a, b]
+    return sum_x, sum_xx
 
 
 #: A client enters the moments in full while its data lie within this many robust scales of the federation's
@@ -100,12 +134,23 @@ def moments_from_sums(sums):
     (:func:`client_distances`): in full within :data:`UNITS_RANGE` scales, not at all beyond twice that,
     and at most at :func:`fedmm.robust.trusted_sizes` (a claimed size beyond a multiple of the median
     counts as that multiple). With every client typical, the weights are exactly 1 and the moments
-    the pooled ones to the last bit: an honest federation's standardization is unchanged. Added in client
-    order, so in-process and remote fits see the same numbers.
+    the pooled ones to the last bit: an honest federation's standardization is unchanged. Added in one
+    reduction over the stacked clients, in-process as across parties, so both see the same numbers.
     """
-    n = np.array([s["n"][0] for s in sums])
-    weight = np.clip(2.0 - client_distances(sums) / UNITS_RANGE, 0.0, 1.0) * (trusted_sizes(n) / n)
-    total = {key: sum(w * s[key] for w, s in zip(weight, sums)) for key in sums[0]}
+    return _moments(_stacked(sums))
+
+
+def _stacked(sums):
+    """The clients' sums (a list of :func:`client_sums`) as arrays with a leading client axis."""
+    return {key: np.stack([s[key] for s in sums]) for key in sums[0]}
+
+
+def _moments(stacked):
+    """:func:`moments_from_sums` of the clients' sums stacked (:func:`_stacked`)."""
+    n = stacked["n"][:, 0]
+    weight = np.clip(2.0 - _client_distances(stacked) / UNITS_RANGE, 0.0, 1.0) * (trusted_sizes(n) / n)
+    total = {key: np.add.reduce(weight.reshape((-1,) + (1,) * (value.ndim - 1)) * value, axis=0)
+             for key, value in stacked.items()}
     n = total["n"][0]
     y_mean = y_second = None
     if "sum_y" in total:
@@ -121,12 +166,15 @@ def client_distances(sums):
     clients alike; it grows with a client's offset and its spread alike. Each feature's ratio is unchanged
     by a shift or scaling of that feature.
     """
-    n = np.array([s["n"][0] for s in sums])
-    distance = _distances(np.stack([s["sum_x"] for s in sums]) / n[:, None],
-                          np.stack([np.diag(s["sum_xx"]) for s in sums]) / n[:, None])
-    if "sum_y" in sums[0]:
-        distance = np.maximum(distance, _distances(np.array([s["sum_y"] for s in sums]) / n[:, None],
-                                                   np.array([s["sum_yy"] for s in sums]) / n[:, None]))
+    return _client_distances(_stacked(sums))
+
+
+def _client_distances(stacked):
+    """:func:`client_distances` of the clients' sums stacked (:func:`_stacked`)."""
+    n = stacked["n"]
+    distance = _distances(stacked["sum_x"] / n, np.diagonal(stacked["sum_xx"], axis1=1, axis2=2) / n)
+    if "sum_y" in stacked:
+        distance = np.maximum(distance, _distances(stacked["sum_y"] / n, stacked["sum_yy"] / n))
     return distance
 
 
@@ -148,8 +196,9 @@ def far_from_others(sums):
 
 
 def pooled_moments(data):
-    """The moments of in-process clients: every client's :func:`client_sums`, combined by :func:`moments_from_sums`."""
-    return moments_from_sums([client_sums(data.client_data(k)) for k in range(data.n_clients)])
+    """The moments of in-process clients: every client's :func:`client_sums`, combined by
+    :func:`moments_from_sums` (the same numbers, from one pass over the contiguous data)."""
+    return _moments(_clients_sums(data.X, data.y, data.offsets))
 
 
 class Units(NamedTuple):

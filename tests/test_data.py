@@ -116,3 +116,54 @@ def test_a_subset_of_clients_holds_their_rows_in_the_order_asked(sizes, draw):
     listed = data.select(rows, data.client_ids[index])
     np.testing.assert_array_equal(listed.X, subset.X)
     np.testing.assert_array_equal(listed.offsets, subset.offsets)
+
+
+def _copies_byte_by_byte(data):
+    """The reference of ``copies``: every client's bytes against every earlier client's."""
+    first, out = {}, np.full(data.n_clients, -1)
+    for k in range(data.n_clients):
+        X, y = data.client(k)
+        j = first.setdefault((X.tobytes(), None if y is None else y.tobytes()), k)
+        out[k] = -1 if j == k else j
+    return out
+
+
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=30), st.data())
+def test_copies_are_the_clients_that_repeat_an_earlier_one_byte_for_byte(sizes, draw):
+    """Copies, copies of copies, a copy one bit off, the same rows in another order (the same sums)."""
+    rng = np.random.RandomState(len(sizes))
+    X = [rng.randn(n, 2) for n in sizes]
+    y = [rng.randn(n) for n in sizes] if draw.draw(st.booleans()) else None
+    for k in draw.draw(st.lists(st.integers(1, len(sizes) - 1), max_size=8)):
+        j = draw.draw(st.integers(0, k - 1))
+        change = draw.draw(st.sampled_from(["copy", "one bit", "reversed"]))
+        X[k] = X[j][::-1].copy() if change == "reversed" else X[j].copy()
+        if change == "one bit":
+            X[k][0, 0] = np.nextafter(X[k][0, 0], np.inf)
+        if y is not None:
+            y[k] = y[j][::-1].copy() if change == "reversed" else y[j].copy()
+    data = FederatedData.from_input(X, y)
+    np.testing.assert_array_equal(data.copies(), _copies_byte_by_byte(data))
+
+
+@pytest.mark.parametrize("problem, message", [
+    (np.nan, "client {}: X contains NaN or infinity in 1 row\\(s\\) \\(first: row {}"),
+    (1e200, "client {}: X reaches magnitude 1e\\+200 \\(row {}"),
+    ("tiny", "client {}: X \\(feature 1\\) is at most 1e-200"),
+])
+def test_the_first_client_with_bad_values_is_named_among_thousands(rng, problem, message):
+    """The values are checked for all clients at once; the message names the first failing client and the
+    row, as the checks client by client did. A feature tiny on one client is caught there, though other
+    clients' values of it are ordinary."""
+    K = 2000
+    groups = np.array([f"k{k}" for k in range(K)])[np.repeat(np.arange(K), 3)][::-1]   # k7's rows: 5976-5978
+    X = rng.randn(3 * K, 2)
+    for name in ("k9", "k7"):
+        if problem == "tiny":
+            X[groups == name, 1] = 1e-200
+        else:
+            X[np.flatnonzero(groups == name)[1], 0] = problem
+    with pytest.raises(ValueError, match=message.format("'k7'", "5977 of X")):
+        FederatedData.from_input(X, groups=groups)
+    with pytest.raises(ValueError, match=message.format(7, "1 of the client's array")):
+        FederatedData.from_input([X[groups == f"k{k}"] for k in range(K)])

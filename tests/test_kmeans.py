@@ -5,8 +5,8 @@ from sklearn.cluster import KMeans
 
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily
-from fedmm.kmeans import (best_kmeans_labels, kmeans_labels, kmeans_labels_clients, kmeans_plus_plus, lloyd_labels,
-                          n_uniforms, seeding_uniforms)
+from fedmm.kmeans import (N_INIT, RESTART_POINTS, best_kmeans_labels, kmeans_labels, kmeans_labels_clients,
+                          kmeans_plus_plus, kmeans_runs, lloyd_labels, n_runs, n_uniforms, seeding_uniforms)
 from fedmm.simulate import make_federated_gmm
 
 
@@ -107,3 +107,55 @@ def test_the_best_of_several_runs_has_the_lowest_inertia_and_the_first_is_the_si
     runs = [kmeans_labels(X, 5, rng.random_sample(n_uniforms(5)), sample_weight=w) for _ in range(9)]
     best = best_kmeans_labels(X, 5, np.random.RandomState(0), w, n_init=10)
     assert np.isclose(inertia(best), min(inertia(r) for r in [one] + runs))
+
+
+def _weighted_inertia(X, w, labels):
+    """The numpy form of the weighted inertia at the clusters' weighted means."""
+    member = np.eye(labels.max() + 1)[labels] * w[:, None]
+    centers = member.T @ X / np.maximum(member.sum(axis=0), np.finfo(float).tiny)[:, None]
+    return w @ ((X - centers[labels]) ** 2).sum(axis=1)
+
+
+@COPIES
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 300), st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.integers(0, 10 ** 6))
+def test_the_compiled_weighted_runs_equal_the_numpy_reference_run_by_run(parallel, n, d, R, runs, seed):
+    """The server's k-FED clustering (weighted, some weights zero, as a client's empty component's) in one
+    compiled call gives every run the labels of the numpy oracle with that run's uniforms, and its inertia."""
+    rng = np.random.RandomState(seed)
+    R = min(R, n)
+    X = rng.standard_normal((n, d)) + 4 * rng.randint(0, 3, (n, 1))
+    w = rng.gamma(1.0, 50.0, size=n) * (rng.random_sample(n) > 0.1)
+    w[0] = max(w[0], 1.0)
+    U = rng.random_sample((runs, n_uniforms(R)))
+    with kernel_copies(parallel):
+        labels, inertia = kmeans_runs(X, R, U, w)
+    for run, u in enumerate(U):
+        reference = kmeans_labels(X, R, u, sample_weight=w)
+        np.testing.assert_array_equal(labels[run], reference)
+        np.testing.assert_allclose(inertia[run], _weighted_inertia(X, w, reference), rtol=1e-9, atol=1e-9)
+
+
+def test_the_best_run_is_the_numpy_references_best_and_the_generator_moves_on_alike():
+    """best_kmeans_labels equals the numpy loop it replaced (the best of N_INIT reference runs, each with the
+    next uniforms), and leaves the generator where that loop left it."""
+    X, _ = make_federated_gmm(40, 20, random_state=2)
+    X = np.vstack(X)
+    w = np.random.RandomState(8).gamma(2.0, size=len(X))
+    ours, theirs = np.random.RandomState(9), np.random.RandomState(9)
+    runs = [kmeans_labels(X, 5, theirs.random_sample(n_uniforms(5)), sample_weight=w) for _ in range(N_INIT)]
+    best = runs[int(np.argmin([_weighted_inertia(X, w, r) for r in runs]))]
+    np.testing.assert_array_equal(best_kmeans_labels(X, 5, ours, w), best)
+    assert ours.randint(2 ** 31) == theirs.randint(2 ** 31)
+
+
+def test_many_points_get_fewer_runs_and_the_generator_moves_on_alike():
+    assert n_runs(10) == n_runs(RESTART_POINTS // N_INIT) == N_INIT
+    assert n_runs(RESTART_POINTS // 2) == 2 and n_runs(10 * RESTART_POINTS) == 1
+    X = np.random.RandomState(10).standard_normal((RESTART_POINTS // 4, 1))
+    rng = np.random.RandomState(11)
+    runs = [kmeans_labels(X, 2, u) for u in rng.random_sample((N_INIT, n_uniforms(2)))[:4]]
+    best = runs[int(np.argmin([_weighted_inertia(X, np.ones(len(X)), r) for r in runs]))]
+    ours = np.random.RandomState(11)
+    np.testing.assert_array_equal(best_kmeans_labels(X, 2, ours), best)
+    assert ours.randint(2 ** 31) == rng.randint(2 ** 31)

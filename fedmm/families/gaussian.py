@@ -297,7 +297,7 @@ class GaussianFamily(Family):
     def combine_starts(self, starts, mass, n_components, random_state):
         """k-FED (Dennis, Li & Smith, ICML 2021; one-shot federated clustering): the clients' k-means components
         are points weighted by the samples they stand for, which weighted k-means (the best of
-        :data:`fedmm.kmeans.N_INIT` runs, :func:`fedmm.kmeans.best_kmeans_labels`) puts into ``n_components``
+        :func:`fedmm.kmeans.n_runs` runs, :func:`fedmm.kmeans.best_kmeans_labels`) puts into ``n_components``
         clusters; a cluster's start is the M-step
         of the rows of its members, from the sums each member's mean and variance stand for
         (:meth:`stats_from_params`): their weighted mean, and the variances within and between them."""
