@@ -24,7 +24,8 @@ MODES = ("batched", "per-client")
 
 #: What the server side of a fit may ask of its clients: :class:`fedmm.flower.server.FlowerClients`'s interface.
 TRANSPORT = ("n_clients", "n_samples", "data_scale", "family", "ledger", "moments", "set_units", "family_starts",
-             "user_start", "start", "step", "loglik", "fit_weights", "deal_folds", "training", "held_out_loglik")
+             "user_start", "start", "step", "loglik", "start_runs", "step_runs", "loglik_runs", "fit_weights",
+             "deal_folds", "training", "held_out_loglik")
 
 _strict = [False]
 
@@ -103,7 +104,7 @@ class LocalClients:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
         self.family, self.data, self.mode = family, data, mode
-        self.states = None
+        self.states = {}   # each run's client states, by slot (fedmm.engine.drive)
         self.folds = None
         # What each query would send across parties (fedmm.flower's queries, one to one): the fit's communication_.
         self.ledger = Ledger(data.n_clients) if ledger is None else ledger
@@ -124,8 +125,7 @@ class LocalClients:
 
     def start(self, strategy, params):
         """Every client takes its state from the start ``params`` (``strategy.client_start``)."""
-        self._record("start", None, params, 0, strategy)
-        self.states = _clients(lambda d, p: strategy.client_start(p, d.n_samples), self.data, self.mode, params)
+        self.start_runs([(0, strategy, params)])
 
     def step(self, strategy, broadcast, heard=None):
         """The messages of the clients ``heard`` (index array; None: all) to their rows of ``broadcast``.
@@ -133,20 +133,47 @@ class LocalClients:
         Returns ``(messages, replied)``: the replies stacked, and the clients they came from, in order (in
         process every client asked replies).
         """
-        step = lambda d, s, b: strategy.client_step(self.family, d, s, b)  # noqa: E731
-        if heard is None:
-            messages, self.states = _clients(step, self.data, self.mode, self.states, broadcast)
-        else:
-            messages, states = _clients(step, self.data.clients(heard), self.mode, take(self.states, heard),
-                                        take(broadcast, heard))
-            self.states = put(self.states, heard, states)
-        self._record("step", heard, broadcast.params, messages, strategy)
-        return messages, np.arange(self.n_clients) if heard is None else heard
+        return self.step_runs([(0, strategy, broadcast, heard, None)])[0]
 
     def loglik(self, params):
         """(K,) every client's log-likelihood at its row of ``params``."""
-        self._record("loglik", None, params, 1)
-        return _clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params)
+        return self.loglik_runs([(0, params)])[0]
+
+    def start_runs(self, runs):
+        """:meth:`start` for several runs side by side in one query (:func:`fedmm.engine.drive`): ``runs``, a list
+        of ``(slot, strategy, params)``; each client keeps each run's state in its slot."""
+        for slot, strategy, params in runs:
+            self._start(slot, strategy, params)
+        self._record("start", None, [params for _, _, params in runs], 0, runs[0][1])
+        return [None] * len(runs)
+
+    def _start(self, slot, strategy, params):
+        self.states[slot] = _clients(lambda d, p: strategy.client_start(p, d.n_samples), self.data, self.mode, params)
+
+    def step_runs(self, runs):
+        """:meth:`step` for several runs side by side in one query: ``runs``, a list of ``(slot, strategy,
+        broadcast, heard, start)``, ``start`` None or a run's ``(strategy, params)`` that the clients start
+        from first (:meth:`start`, sent with the run's first round); a list of ``(messages, replied)``."""
+        answers = []
+        for slot, strategy, broadcast, heard, start in runs:
+            if start is not None:
+                self._start(slot, *start)
+            step = lambda d, s, b: strategy.client_step(self.family, d, s, b)  # noqa: E731
+            if heard is None:
+                messages, self.states[slot] = _clients(step, self.data, self.mode, self.states[slot], broadcast)
+            else:
+                messages, states = _clients(step, self.data.clients(heard), self.mode, take(self.states[slot], heard),
+                                            take(broadcast, heard))
+                self.states[slot] = put(self.states[slot], heard, states)
+            answers.append((messages, np.arange(self.n_clients) if heard is None else heard))
+        self._record_runs("step", [(heard, [broadcast.params] + ([] if start is None else [start[1]]), messages)
+                                   for (_, _, broadcast, heard, start), (messages, _) in zip(runs, answers)], runs[0][1])
+        return answers
+
+    def loglik_runs(self, runs):
+        """:meth:`loglik` for several runs side by side in one query: ``runs``, a list of ``(slot, params)``."""
+        self._record("loglik", None, [params for _, params in runs], len(runs))
+        return [_clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params) for _, params in runs]
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
@@ -217,20 +244,41 @@ class LocalClients:
 
     def _record(self, action, index, down, up, strategy=None):
         """Record query ``action`` to the clients ``index`` (None: all) in :attr:`ledger`: ``down`` and ``up`` are
-        what each client is sent and replies, as a tree of all the clients' rows (so many numbers each) or a
-        number of floats per client; ``strategy``, the method whose start or round it is."""
-        method = "" if strategy is None else strategy.name or type(strategy).__name__
-        self.ledger.record(action, index, 8 * _per_client(down), 8 * _per_client(up), method=method)
+        what each client is sent and replies, as a tree of all the clients' rows (so many numbers each), a list of
+        such trees (runs side by side, :func:`fedmm.engine.drive`) or a number of floats per client; ``strategy``,
+        the method whose start or round it is."""
+        self.ledger.record(action, index, 8 * _per_client(down), 8 * _per_client(up), method=_method(strategy))
+
+    def _record_runs(self, action, parts, strategy):
+        """Record one query of runs side by side, ``parts`` a list of ``(index, down, up)`` as in :meth:`_record`,
+        one per run: each client asked by any run is sent, and replies, its parts of all the runs that asked it."""
+        down, up = np.zeros(self.n_clients, dtype=np.int64), np.zeros(self.n_clients, dtype=np.int64)
+        asked = np.zeros(self.n_clients, dtype=bool)
+        for index, sent, replied in parts:
+            index = slice(None) if index is None else index
+            down[index] += _per_client(sent)
+            up[index] += _per_client(replied)
+            asked[index] = True
+        index = np.flatnonzero(asked)
+        self.ledger.record(action, index, 8 * down[index], 8 * up[index], method=_method(strategy))
 
     def _fold_rows(self, mask):
         client = np.repeat(np.arange(self.n_clients), self.n_samples)
         return self.data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=self.n_clients))
 
 
+def _method(strategy):
+    """The name a ledger gives the method whose start or round a query is."""
+    return "" if strategy is None else strategy.name or type(strategy).__name__
+
+
 def _per_client(part):
-    """Floats per client of ``part``: a tree (or array) with a leading client axis, or already a number."""
+    """Floats per client of ``part``: a tree (or array) with a leading client axis, a list of them (summed), or
+    already a number."""
     if part is None:
         return 0
+    if isinstance(part, list):
+        return sum(_per_client(p) for p in part)
     if not isinstance(part, tuple) and np.ndim(part) == 0:
         return int(part)
     rows = part[0] if isinstance(part, tuple) else part

@@ -14,6 +14,7 @@ The loop, the stopping rule, the divergence check and the restarts a
 strategy asks for (:meth:`~fedmm.algorithms.Strategy.restart`) live here once.
 """
 
+import copy
 import itertools
 import sys
 import time
@@ -32,7 +33,7 @@ from .protocol import put, take
 from .robust import first_best
 
 __all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalClients", "run_rounds", "run",
-           "fit_restarts", "fit_weights"]
+           "fit_restarts", "fit_weights", "drive", "passes", "best_of_starts", "side_by_side"]
 
 
 #: A pass's tail: at most this fraction of the clients still moving. There a pass that a restart follows
@@ -99,6 +100,12 @@ class Progress:
     def begin(self, label):
         """A new run starts; ``label`` names it in the lines that follow."""
         self.label, self._since = label, time.perf_counter()
+
+    def run(self, label):
+        """A copy for one of several runs side by side (:func:`drive`), begun as ``label``."""
+        run = copy.copy(self)
+        run.begin(label)
+        return run
 
     def round(self, t, record):
         if self.verbose >= 2 and t % self.interval == 0:
@@ -176,7 +183,111 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
         non-finite, or whose parameters left every plausible range (1e8 times
         the size of the data they were fitted on).
     """
-    return _Pass(strategy, family, as_clients(family, data, mode), start, participation).rounds(max_iter, tol, progress)
+    clients = as_clients(family, data, mode)
+    return drive(clients, [_Pass(strategy, family, clients, start, participation).rounds(max_iter, tol, progress)])[0]
+
+
+def drive(clients, runs):
+    """Run the generators ``runs`` side by side on ``clients``: the values they return, in order.
+
+    A run (:meth:`_Pass.rounds`, :func:`run`) yields what it asks of the clients, ``(query, *arguments)``
+    (the transport's call of that name), and is sent the answer; it may also yield ``("spawn", [runs])``,
+    runs of its own to go side by side with the others, and is sent their values. Runs that ask the same
+    query at once share one message to each client (:meth:`fedmm.clients.LocalClients.step_runs` and its
+    kind for ``"step"`` and ``"loglik"``; each run keeps its clients' states in a slot of its own), and a
+    run's ``"start"`` goes with its first round: ten candidate starts of five rounds cost five round trips,
+    not sixty, across parties, and give the numbers they give one after another. At most :func:`side_by_side` runs go at once (each holds a
+    state per client); the others wait for a free slot. A transport without those calls (a private fit's,
+    :mod:`fedmm.privacy`) runs them one after another.
+    """
+    if not hasattr(clients, "step_runs"):
+        return [_drive_alone(clients, run) for run in runs]
+    width = side_by_side(clients.n_clients)
+    results = [None] * len(runs)
+    running, owner, pending = {}, {}, {}    # by slot: the run, whose value it is, what it asks
+    # Runs waiting for a slot: (run, whose value it is, what to send it). A run that spawns gives up its slot
+    # (a pass never spans a spawn) and waits, in ``spawned``, for its runs' values.
+    waiting = [(run, (None, i), None) for i, run in enumerate(runs)]
+    spawned, serial = {}, itertools.count()
+    starting = {}                           # by slot: the start a run's next query carries
+
+    def done(whose, value):
+        up, position = whose
+        if up is None:
+            results[position] = value
+            return
+        run, whose_up, values, left = spawned[up]
+        values[position] = value
+        if left == 1:
+            del spawned[up]
+            waiting.insert(0, (run, whose_up, values))
+        else:
+            spawned[up] = (run, whose_up, values, left - 1)
+
+    def advance(slot, answer):
+        try:
+            ask = running[slot].send(answer)
+            while ask[0] == "start":    # sent with the run's next query (its first round's, as a rule)
+                starting[slot] = ask[1:]
+                ask = running[slot].send(None)
+        except StopIteration as stop:
+            del running[slot]
+            done(owner.pop(slot), stop.value)
+            return
+        if ask[0] == "spawn":
+            key = next(serial)
+            spawned[key] = (running.pop(slot), owner.pop(slot), [None] * len(ask[1]), len(ask[1]))
+            waiting[:0] = [(run, (key, j), None) for j, run in enumerate(ask[1])]
+        else:
+            pending[slot] = ask
+
+    while waiting or pending:
+        while waiting and len(running) < width:
+            slot = min(set(range(width)) - set(running))
+            running[slot], owner[slot], answer = waiting.pop(0)
+            advance(slot, answer)
+        if not pending:
+            continue
+        query = next(iter(pending.values()))[0]
+        asking = [slot for slot, ask in pending.items() if ask[0] == query]
+        asks = [pending.pop(slot) for slot in asking]
+        # A start goes with a round that asks every client (it sets every client's state); else on its own first.
+        alone = [slot for slot, ask in zip(asking, asks) if slot in starting and (query != "step" or ask[3] is not None)]
+        if alone:
+            clients.start_runs([(slot, *starting.pop(slot)) for slot in alone])
+        if query == "step":
+            answers = clients.step_runs([(slot, *ask[1:], starting.pop(slot, None)) for slot, ask in zip(asking, asks)])
+        else:
+            answers = clients.loglik_runs([(slot, *ask[1:]) for slot, ask in zip(asking, asks)]) if query == "loglik" \
+                else [getattr(clients, query)(*ask[1:]) for ask in asks]
+        for slot, answer in zip(asking, answers):
+            advance(slot, answer)
+    return results
+
+
+#: How many client states runs side by side may hold at once (:func:`side_by_side`).
+STATES_AT_ONCE = 100_000
+
+
+def side_by_side(n_clients):
+    """How many runs :func:`drive` runs at once for ``n_clients`` clients: each holds a state per client, so as
+    many as keep ``STATES_AT_ONCE`` states (ten candidate starts of 10,000 clients; one at a time from 100,000,
+    where memory, not round trips, is what a fit runs short of)."""
+    return max(1, STATES_AT_ONCE // max(n_clients, 1))
+
+
+def _drive_alone(clients, run):
+    """One run (and those it spawns, one after another) on a transport of single-run calls."""
+    answer = None
+    try:
+        while True:
+            query, *arguments = run.send(answer)
+            if query == "spawn":
+                answer = [_drive_alone(clients, sub) for sub in arguments[0]]
+            else:
+                answer = getattr(clients, query)(*arguments)
+    except StopIteration as stop:
+        return stop.value
 
 
 class _Pass:
@@ -190,10 +301,11 @@ class _Pass:
     """
 
     def __init__(self, strategy, family, clients, start, participation):
-        self.strategy, self.clients, self.start, self.participation = strategy, clients, start, participation
-        self.broadcast, self.server = strategy.server_start(family, start, clients.n_samples)
+        self.strategy, self.n_k, self.start, self.participation = strategy, clients.n_samples, start, participation
+        self.data_scale = clients.data_scale
+        self.broadcast, self.server = strategy.server_start(family, start, self.n_k)
         self.params, self.history, self.previous, self.messages, self.t = start, [], None, None, 0
-        self.calm = np.zeros(clients.n_clients, dtype=bool)  # clients heard since the stopping rule last failed
+        self.calm = np.zeros(len(self.n_k), dtype=bool)  # clients heard since the stopping rule last failed
         self.start_loglik, self.deferred = None, False
         # Per-client strategies' clients solve separate problems: in the tail of a pass (at most DEFER of
         # them still moving) each calm one stops, as scikit-learn's fit on it alone would, and only the
@@ -201,11 +313,13 @@ class _Pass:
         self.tail = False
 
     def rounds(self, max_iter, tol, progress, restart_next=None):
-        """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`."""
-        strategy, clients = self.strategy, self.clients
-        n_k, K = clients.n_samples, clients.n_clients
-        clients.start(strategy, self.start)
-        bound = divergence_bound(clients.data_scale)
+        """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`.
+
+        A generator of the queries it asks (:func:`drive`)."""
+        strategy, n_k = self.strategy, self.n_k
+        K = len(n_k)
+        yield "start", strategy, self.start
+        bound = divergence_bound(self.data_scale)
         if self.deferred:  # resumed: the early stop was no evidence of calm
             self.calm[:] = False
         converged, self.deferred = False, False
@@ -213,7 +327,10 @@ class _Pass:
         with np.errstate(over="ignore", invalid="ignore"):
             while self.t < max_iter:
                 self.t = t = self.t + 1
-                heard, everyone = self._hear(t, K, np.flatnonzero(~self.calm) if self.tail else None)
+                asked = self._asked(t, K, np.flatnonzero(~self.calm) if self.tail else None)
+                replies, heard = (yield "step", strategy, self.broadcast, asked) if asked is None or asked.size \
+                    else (None, asked)
+                everyone = self._hear(replies, heard, K)
                 mask = np.zeros(K, dtype=bool)
                 mask[heard] = True
                 if t == 1:
@@ -256,7 +373,7 @@ class _Pass:
                 if self.calm.all():
                     converged = True
                     break
-            loglik = clients.loglik(self.params)
+            loglik = yield "loglik", self.params
         _check_finite(strategy, self.params, loglik, self.t, bound)
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
@@ -264,16 +381,15 @@ class _Pass:
         records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
         return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
 
-    def _hear(self, t, K, asked=None):
-        """One round's replies merged into the server's messages: ``(heard, everyone)``. The clients asked are
-        ``asked`` when given, else those ``participation`` picks (None: all)."""
+    def _asked(self, t, K, asked=None):
+        """The clients round ``t`` asks (None: all): ``asked`` when given, else those ``participation`` picks."""
         if asked is None and self.participation is not None:
             mask = self.participation(t, K)
             asked = None if mask is None or mask.all() else np.flatnonzero(mask)
-        if asked is None or asked.size:
-            replies, heard = self.clients.step(self.strategy, self.broadcast, asked)
-        else:
-            replies, heard = None, asked
+        return asked
+
+    def _hear(self, replies, heard, K):
+        """One round's replies merged into the server's messages; whether every client was heard."""
         everyone = heard.size == K
         if everyone:
             self.messages = replies
@@ -282,7 +398,7 @@ class _Pass:
                 raise RuntimeError("The first round of a run must hear every client: the server has no "
                                    "earlier message to use for the others.")
             self.messages = put(self.messages, heard, replies)
-        return heard, everyone
+        return everyone
 
 
 def _client_change(new, old):
@@ -301,32 +417,37 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
     follows may stop while the few clients it would start afresh still move
     (:class:`_Pass`); if none of them keeps the restart, that pass resumes.
     """
-    data = as_clients(family, data, mode)
-    current = _Pass(strategy, family, data, start, participation)
-    result = current.rounds(max_iter, tol, progress, restart_next=1)
-    passes, label = [result], progress.label
+    clients = as_clients(family, data, mode)
+    return drive(clients, [passes(strategy, family, clients, start, max_iter, tol, progress, participation)])[0]
+
+
+def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, participation=None):
+    """:func:`run` as a generator of its queries (:func:`drive`)."""
+    current = _Pass(strategy, family, clients, start, participation)
+    result = yield from current.rounds(max_iter, tol, progress, restart_next=1)
+    done, label = [result], progress.label
     for attempt in itertools.count(1):
         proposal = strategy.restart(result, attempt)
         if proposal is None:
             break
         restart, fresh = proposal
-        restart = restart._replace(weights=data.fit_weights(restart, fresh, max_iter, tol))
+        restart = restart._replace(weights=(yield "fit_weights", restart, fresh, max_iter, tol))
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
-        trial_pass = _Pass(strategy, family, data, restart, participation)
-        trial = trial_pass.rounds(max_iter, tol, progress, attempt + 1)
+        trial_pass = _Pass(strategy, family, clients, restart, participation)
+        trial = yield from trial_pass.rounds(max_iter, tol, progress, attempt + 1)
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
             if current.deferred:  # the clients it left moving for this restart, which kept none, settle now
                 progress.begin(f"{label}, resumed after restart pass {attempt}")
-                passes[-1] = current.rounds(max_iter, tol, progress)
-                result = _joined(passes, result.restarts, result.restarted)
+                done[-1] = yield from current.rounds(max_iter, tol, progress)
+                result = _joined(done, result.restarts, result.restarted)
             break
-        passes, current = [result, trial], trial_pass
+        done, current = [result, trial], trial_pass
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
-            current = _Pass(strategy, family, data, trial.params.where(keep, result.params), participation)
-            passes.append(current.rounds(max_iter, tol, progress, attempt + 1))
-        result = _joined(passes, attempt, np.flatnonzero(fresh & keep))
+            current = _Pass(strategy, family, clients, trial.params.where(keep, result.params), participation)
+            done.append((yield from current.rounds(max_iter, tol, progress, attempt + 1)))
+        result = _joined(done, attempt, np.flatnonzero(fresh & keep))
     return result
 
 
@@ -340,7 +461,7 @@ def _joined(passes, restarts, restarted):
 
 def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", progress=SILENT,
                  participation=None):
-    """Run from every start and keep the best log-likelihood.
+    """Run from every start, side by side (:func:`drive`), and keep the best log-likelihood.
 
     Per-client strategies fit independent problems, so each client keeps its
     own best start; the others keep the best run by
@@ -350,22 +471,27 @@ def fit_restarts(strategy, family, data, starts, max_iter, tol, mode="batched", 
     is the run with the best total.
     """
     data = as_clients(family, data, mode)
-    runs = []
-    for i, start in enumerate(starts):
-        progress.begin(f"start {i + 1} of {len(starts)}")
-        runs.append(run(strategy, family, data, start, max_iter, tol, mode, progress, participation))
+    data.ledger.phase = "rounds"
+    return drive(data, [best_of_starts(strategy, family, data, starts, max_iter, tol, progress, participation)])[0]
+
+
+def best_of_starts(strategy, family, clients, starts, max_iter, tol, progress=SILENT, participation=None):
+    """:func:`fit_restarts` as a generator of its queries (:func:`drive`)."""
+    runs = yield "spawn", [passes(strategy, family, clients, start, max_iter, tol,
+                                  progress.run(f"start {i + 1} of {len(starts)}"), participation)
+                           for i, start in enumerate(starts)]
     loglik = np.stack([r.loglik for r in runs])                     # (n_starts, K)
     best_total = 0
     for i, candidate in enumerate(runs[1:], start=1):
-        if strategy.better_run(runs[best_total], candidate, data.n_samples):
+        if strategy.better_run(runs[best_total], candidate, clients.n_samples):
             best_total = i
-    K = data.n_clients
+    K = clients.n_clients
     choice = first_best(loglik, axis=0) if strategy.per_client else np.full(K, best_total)
-    clients = np.arange(K)
-    params = MixtureParams(*(np.stack(field)[choice, clients] for field in zip(*(r.params for r in runs))))
+    index = np.arange(K)
+    params = MixtureParams(*(np.stack(field)[choice, index] for field in zip(*(r.params for r in runs))))
     kept = [runs[i] for i in np.unique(choice)]
     return runs[best_total]._replace(params=params, n_iter=max(r.n_iter for r in kept),
-                                     converged=all(r.converged for r in kept), loglik=loglik[choice, clients],
+                                     converged=all(r.converged for r in kept), loglik=loglik[choice, index],
                                      start=best_total)
 
 

@@ -49,7 +49,7 @@ from .alignment import align
 from .algorithms.local import LocalEM
 from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
-from .engine import fit_restarts, run
+from .engine import best_of_starts, drive, passes
 from .families import MixtureParams
 from .robust import TRIM, client_seeds, first_best, trusted_sizes
 
@@ -103,29 +103,31 @@ def trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, r
     The clients that can (at least ``n_components`` samples) send their own starts once; each candidate
     is the server's :func:`clustered_start` of a random half of them: a start drawn from all clients can
     already hold an outlier client's component, so, as FAST-LTS and the trimmed likelihood estimator do,
-    the candidates start from random halves. ``max(n_init, CANDIDATES)`` of them run
-    ``CANDIDATE_STEPS`` rounds of :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the one with the
-    highest trimmed log-likelihood per sample continues to convergence, and every client fits its own
-    proportions to the result.
+    the candidates start from random halves. ``max(n_init, CANDIDATES)`` of them run, side by side
+    (:func:`fedmm.engine.drive`: one message per round for all), ``CANDIDATE_STEPS`` rounds of
+    :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the one with the highest trimmed log-likelihood per
+    sample continues to convergence, and every client fits its own proportions to the result.
     """
+    return drive(clients, [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state,
+                                           trim)])[0]
+
+
+def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state, trim=TRIM):
+    """:func:`trimmed_pooled_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
     n_k = clients.n_samples
     K = clients.n_clients
     starts, sizes = _own_starts(clients, n_components, random_state)
     strategy = TrimmedPooledEM(trim)
-
-    def concentrate(start, steps):
-        result = run(strategy, family, clients, start, steps, tol)
-        return result.params, trimmed_loglik(result.loglik, n_k, trim)[1]
-
     candidates = []
     for _ in range(max(n_init, CANDIDATES)):
         able = len(sizes)
         half = np.sort(random_state.choice(able, size=(able + 1) // 2, replace=False)) if able >= 4 else np.arange(able)
-        start = clustered_start(family, starts.take(half), sizes[half], n_components, random_state).broadcast(K)
-        candidates.append(concentrate(start, CANDIDATE_STEPS))
-    best = candidates[first_best([score for _, score in candidates])][0]
-    best, _ = concentrate(best, max_iter)
-    return best._replace(weights=clients.fit_weights(best, None, max_iter, tol))
+        candidates.append(clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
+                          .broadcast(K))
+    runs = yield "spawn", [passes(strategy, family, clients, start, CANDIDATE_STEPS, tol) for start in candidates]
+    best = runs[first_best([trimmed_loglik(r.loglik, n_k, trim)[1] for r in runs])].params
+    best = (yield from passes(strategy, family, clients, best, max_iter, tol)).params
+    return best._replace(weights=(yield "fit_weights", best, None, max_iter, tol))
 
 
 def align_params(params, method, random_state):
@@ -136,9 +138,15 @@ def align_params(params, method, random_state):
 
 def local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
     """Local EM on every client (best of ``n_init`` per client), aligned across clients."""
+    return drive(clients, [_local_em(family, clients, n_components, n_init, max_iter, tol, alignment,
+                                     random_state)])[0]
+
+
+def _local_em(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
+    """:func:`local_em_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
-    local = fit_restarts(LocalEM(), family, clients, starts, max_iter, tol).params
-    return _aligned(local, alignment, random_state)
+    local = yield from best_of_starts(LocalEM(), family, clients, starts, max_iter, tol)
+    return _aligned(local.params, alignment, random_state)
 
 
 def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
@@ -161,6 +169,7 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     list of (MixtureParams, Alignment or None)
     """
     clients = as_clients(family, data)
+    clients.ledger.phase = "start"
     if isinstance(user, MixtureParams):  # a warm start: the last fit's parameters
         return [(user, None)]
     if user is not None:
@@ -176,11 +185,12 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
     if init in ("trimmed-pooled", "pooled-and-local"):
-        starts = [(trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, random_state), None)]
+        # The two starts side by side (fedmm.engine.drive): their rounds share messages.
+        starts = [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state)]
         if init == "pooled-and-local" and clients.n_samples.min() >= n_components and clients.n_clients > 1:
-            starts.append(local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment,
-                                         random_state))
-        return starts
+            starts.append(_local_em(family, clients, n_components, n_init, max_iter, tol, alignment, random_state))
+        pooled, *local = drive(clients, starts)
+        return [(pooled, None), *local]
     if algorithm.shares_components:
         return [(_shared_family_start(family, clients, n_components, random_state), None) for _ in range(n_init)]
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]

@@ -157,8 +157,13 @@ class Ledger:
     n_clients : int
     """
 
+    #: The phases of a fit, in order: the data's units (``"setup"``), the starts (``"start"``,
+    #: :func:`fedmm.initialization.make_starts`), the method's rounds and what follows them (``"rounds"``).
+    PHASES = ("setup", "start", "rounds")
+
     def __init__(self, n_clients):
         self.actions, self.methods, self.asked, self.replied, self.down, self.up = [], [], [], [], [], []
+        self.phase, self.phases = "setup", []
         self.client = {key: np.zeros(n_clients, dtype=np.int64) for key in
                        ("messages_down", "messages_up", "bytes_down", "bytes_up")}
 
@@ -173,6 +178,7 @@ class Ledger:
         up = np.where(replied, np.broadcast_to(np.asarray(up, dtype=np.int64), index.shape), 0)
         self.actions.append(action)
         self.methods.append(method)
+        self.phases.append(self.phase)
         self.asked.append(len(index))
         self.replied.append(int(replied.sum()))
         self.down.append(int(down.sum()))
@@ -184,11 +190,11 @@ class Ledger:
         self.client["bytes_up"][index] += up
 
     def summary(self):
-        """``{"query", "method", "messages_down", "messages_up", "bytes_down", "bytes_up"}``, one entry per query
-        in order (a method's rounds are its ``"step"`` queries), and ``"client_<the same>"``, every client's
-        totals."""
+        """``{"query", "method", "phase", "messages_down", "messages_up", "bytes_down", "bytes_up"}``, one entry per
+        query in order (a method's rounds are its ``"step"`` queries; ``phase``, one of :data:`PHASES`), and
+        ``"client_<the same>"``, every client's totals."""
         counts = {"messages_down": self.asked, "messages_up": self.replied, "bytes_down": self.down,
                   "bytes_up": self.up}
-        out = {"query": np.array(self.actions), "method": np.array(self.methods),
+        out = {"query": np.array(self.actions), "method": np.array(self.methods), "phase": np.array(self.phases),
                **{key: np.array(value, dtype=np.int64) for key, value in counts.items()}}
         return {**out, **{f"client_{key}": value.copy() for key, value in self.client.items()}}

@@ -140,17 +140,20 @@ def test_batched_and_per_client_rounds_agree_under_partial_participation(method)
 def test_communication_counts_every_query_and_the_rounds_as_history_does(method):
     """communication_: the units' sums (1 + d + d^2 numbers up), the units (d + d^2 + 2 down, 1 up), the
     common start, every round one message each way per client of the protocol's numbers (as history_'s
-    floats), the final log-likelihoods; every client's totals add up to the queries'."""
+    floats), the first with the start (R weights, R p means, R p variances down), the final log-likelihoods;
+    every client's totals add up to the queries'."""
     X, gm = _gmm(method=method, init="common")
     gm.fit(X)
     c = gm.communication_
-    assert list(c["query"][:4]) == ["hello", "units", "family_start", "start"] and c["query"][-1] == "loglik"
+    assert list(c["query"][:4]) == ["hello", "units", "family_start", "step"] and c["query"][-1] == "loglik"
     np.testing.assert_array_equal(c["bytes_up"][:2], [8 * K * (1 + P + P * P), 8 * K])
     np.testing.assert_array_equal(c["bytes_down"][:2], [0, 8 * K * (P + P * P + 2)])
     assert c["messages_down"][2] == c["messages_up"][2] == 1                     # one client draws the start
     rounds = c["query"] == "step"
     assert (c["method"][rounds] == method).all()
-    np.testing.assert_array_equal(c["bytes_down"][rounds] + c["bytes_up"][rounds], 8 * gm.history_["floats"])
+    start = np.zeros(rounds.sum(), dtype=int)
+    start[0] = 8 * K * (R + 2 * R * P)
+    np.testing.assert_array_equal(c["bytes_down"][rounds] + c["bytes_up"][rounds], 8 * gm.history_["floats"] + start)
     for direction in ("down", "up"):
         assert c[f"client_bytes_{direction}"].sum() == c[f"bytes_{direction}"].sum()
         assert c[f"client_messages_{direction}"].sum() == c[f"messages_{direction}"].sum()
@@ -162,3 +165,56 @@ def test_communication_counts_only_the_clients_a_round_hears():
     c = gm.communication_
     rounds = np.flatnonzero(c["query"] == "step")
     assert c["messages_down"][rounds[0]] == K and (c["messages_down"][rounds[1:]] == K // 2).all()
+
+
+class _OneAtATime:
+    """In-process clients without the calls of runs side by side: :func:`fedmm.engine.drive` runs them one after
+    another, a query each, as before runs went side by side."""
+
+    def __init__(self, clients):
+        self._clients = clients
+
+    def __getattr__(self, name):
+        if name.endswith("_runs"):
+            raise AttributeError(name)
+        return getattr(self._clients, name)
+
+
+def _fedgrem_starts(transport):
+    """FedGrEM's default starts (the trimmed pooled start's ten candidates, local EM's two starts), on an outlier
+    design, through ``transport``."""
+    from fedmm.clients import LocalClients
+    from fedmm.initialization import make_starts
+    X, _ = make_federated_gmm(5, 80, centers=CENTERS, h=0.3, outlier_clients=[4], random_state=2)
+    family = GaussianFamily("diag")
+    clients = transport(LocalClients(family, FederatedData.from_input(X)))
+    starts = make_starts(family, METHODS["fedgrem"](), clients, R, init="pooled-and-local", n_init=2, max_iter=100,
+                         tol=1e-4, alignment="consensus", random_state=np.random.RandomState(0))
+    return starts, clients.ledger.summary()
+
+
+@pytest.mark.parametrize("width", [None, 1])
+def test_runs_side_by_side_give_the_runs_one_after_another_in_fewer_queries(width, monkeypatch):
+    """The starts' runs share their queries (one message per round for all the candidates) and give the same
+    numbers to the last bit as one run after another; so do they when memory lets one run at a time."""
+    import fedmm.engine
+    if width is not None:
+        monkeypatch.setattr(fedmm.engine, "STATES_AT_ONCE", 1)
+    together, shared = _fedgrem_starts(lambda c: c)
+    alone, apart = _fedgrem_starts(_OneAtATime)
+    for (a, _), (b, _) in zip(together, alone):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    if width is None:
+        assert len(shared["query"]) < len(apart["query"]) / 2
+        assert shared["bytes_up"].sum() == apart["bytes_up"].sum()       # the same numbers, fewer envelopes
+        assert set(shared["phase"]) == {"start"}
+
+
+def test_a_fit_reports_its_queries_by_phase():
+    X, gm = _gmm(method="fedgrem")
+    phases = gm.fit(X).communication_["phase"]
+    assert list(dict.fromkeys(phases)) == ["setup", "start", "rounds"]
+    queries = gm.communication_["query"]
+    assert set(queries[phases == "setup"]) == {"hello", "units"}
+    assert (queries[phases == "rounds"] == "step").sum() >= gm.n_iter_

@@ -13,7 +13,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression  # noqa: E402
 from fedmm.flower import client_app, fit  # noqa: E402
 from fedmm.flower.client import _ANSWERS  # noqa: E402
-from fedmm.flower.codec import STYPE, arrays, config, encode  # noqa: E402
+from fedmm.flower.codec import STYPE, arrays, config, encode, per_run  # noqa: E402
 from fedmm.flower.testing import LocalGrid  # noqa: E402
 from fedmm.methods import gather_options  # noqa: E402
 from fedmm.metrics import estimation_errors  # noqa: E402
@@ -87,8 +87,13 @@ def _tampering(honest, action, tamper, after=0):
             seen["n"] += 1
             if seen["n"] <= after:
                 return reply
-            values, cfg = tamper(arrays(reply.content), config(reply.content))
-            return Message(encode(values, **cfg), reply_to=message)
+            cfg = {}
+
+            def each(values):   # each run's part of a reply of runs side by side
+                values, cfg["out"] = tamper(values, config(reply.content))
+                return values
+            values = per_run(each, arrays(reply.content))
+            return Message(encode(values, **cfg.get("out", config(reply.content))), reply_to=message)
         return handle
     for act in ACTIONS:
         app.query(act)(make(act))

@@ -218,3 +218,18 @@ def test_the_probe_reads_back_the_weights_secure_aggregation_divided_by():
     probes = np.clip(rho * top, -top, top)
     assert reported_total(probes.sum() / rho.sum(), 5, top) == pytest.approx(rho.sum())
     assert reported_total(0.0, 5, top) == 5.0
+
+
+@pytest.mark.filterwarnings("ignore::fedmm.data.EmptyComponentWarning", "ignore::fedmm.data.SingularComponentWarning")
+def test_each_party_clips_its_rows_into_the_bounds_and_warns_there_as_in_process():
+    from fedmm.privacy import OutsideBoundsWarning
+    X, _ = make_federated_gmm(4, 100, random_state=0)
+    X = [x.copy() for x in X]
+    X[1][:5, 0] = 30.0
+    options = dict(method="fedem", random_state=0, privacy=DifferentialPrivacy(4.0, 1e-6, bounds=(-7, 7), rounds=20))
+    grid = LocalGrid([client_app(lambda ctx, k=k: (X[k], None)) for k in range(4)])
+    with pytest.warns(OutsideBoundsWarning, match="5 of 100 rows"):
+        remote = fit(FederatedGaussianMixture(5, **options), grid)
+    with as_under_secure_aggregation(), pytest.warns(OutsideBoundsWarning):
+        local = FederatedGaussianMixture(5, **options).fit(X)
+    np.testing.assert_allclose(remote.means_, local.means_, atol=1e-4)

@@ -1,7 +1,7 @@
 """fedmm across separate processes: a SuperLink and one SuperNode per client, talking over the network.
 
-Each query starts a process per client and Flower polls every 3 seconds, so FedGrEM's defaults take
-minutes (``fedmm.flower.processes``): behind ``-m slow``. CI runs the TLS case (``.ci/run``); the default run
+Each query starts a process per client and Flower polls every 3 seconds, so a fit takes minutes
+(``fedmm.flower.processes``): behind ``-m slow``. CI runs the TLS case (``.ci/run``); the default run
 checks the certificates it uses.
 """
 
@@ -63,10 +63,13 @@ def test_the_certificate_authority_made_for_a_run_is_what_clients_trust(tmp_path
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes in /proc")
 @pytest.mark.parametrize("tls", [pytest.param(True, id="tls"), pytest.param(False, id="insecure")])
 def test_separate_processes_fit_without_a_supernode_killed_mid_fit(tmp_path, tls):
-    """FedGrEM's defaults through ``flwr run`` with every party a process of its own. One SuperNode is
-    killed (SIGKILL) once the rounds have begun: the server leaves that client out and fits the others,
-    the same fit as in one process on their rows; every process started, and every process they started,
-    is gone at the end."""
+    """FedGrEM from its trimmed pooled start through ``flwr run`` with every party a process of its own. One
+    SuperNode is killed (SIGKILL) once the rounds have begun: the server leaves that client out and fits the
+    others, the same fit as in one process on their rows; every process started, and every process they
+    started, is gone at the end. The trimmed pooled start alone (about 20 queries for the two clients, against
+    78 with the local-EM start beside it, each a few seconds across processes) keeps the test to minutes; the
+    defaults' other start runs across parties in ``tests/test_flower.py``, through Flower's grid and its
+    simulation runtime."""
     X, _ = make_federated_gmm(3, 100, random_state=0)
     paths = [tmp_path / f"client-{k}.npz" for k in range(3)]
     for path, rows in zip(paths, X):
@@ -85,8 +88,8 @@ def test_separate_processes_fit_without_a_supernode_killed_mid_fit(tmp_path, tls
         started.update({name: p.pid for name, p in deployment.processes.items()})
         running = set(deployment.alive())
         assert {started["superlink"], started["supernode-0"]} <= running
-        deployment.run({"out": str(out), "timeout": 20, "min-clients": 2, "progress": True}, on_line=watch,
-                       timeout=2400)
+        deployment.run({"out": str(out), "timeout": 60, "min-clients": 2, "progress": True, "init": "trimmed-pooled"},
+                       on_line=watch, timeout=2400)
     assert started.get("killed"), "the rounds never began:\n" + "\n".join(lines[-30:])
     assert deployment.alive() == []
     for name, process in deployment.processes.items():
@@ -96,6 +99,6 @@ def test_separate_processes_fit_without_a_supernode_killed_mid_fit(tmp_path, tls
     # Client 2 (by its client-id) is left out; the fit is the in-process one on the other two.
     np.testing.assert_array_equal(remote.client_ids_, [0, 1])
     assert any(r.reason == "no reply in time" for r in remote.flower_rejections_)
-    ref = FederatedGaussianMixture(5, random_state=0).fit(X[:2])
+    ref = FederatedGaussianMixture(5, init="trimmed-pooled", random_state=0).fit(X[:2])
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)

@@ -130,15 +130,15 @@ def test_local_em_clients_stop_at_their_own_calm_round_once_few_still_move():
     X, _ = make_federated_gmm(300, 50, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily("diag")
     start = client_family_starts(as_clients(family, data), 5, np.random.RandomState(0))
-    asked, step = [], LocalClients.step
+    asked, step = [], LocalClients.step_runs
 
-    def counted(self, strategy, broadcast, heard=None):
-        asked.append(self.n_clients if heard is None else len(heard))
-        return step(self, strategy, broadcast, heard)
+    def counted(self, runs):
+        asked.extend(self.n_clients if heard is None else len(heard) for _, _, _, heard, _ in runs)
+        return step(self, runs)
 
     with mock.patch("fedmm.engine.DEFER", 0.0):
         every = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
-    with mock.patch.object(LocalClients, "step", counted):
+    with mock.patch.object(LocalClients, "step_runs", counted):
         tail = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
     assert tail.converged and min(asked) <= 3 and sum(asked) < 300 * every.n_iter
     gain = (every.loglik - tail.loglik) / data.n_samples

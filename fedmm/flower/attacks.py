@@ -36,7 +36,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
 from .client import _ANSWERS
-from .codec import arrays, config, encode
+from .codec import arrays, config, encode, per_run
 
 __all__ = ["ATTACKS", "MIMIC", "SECURE_ATTACKS", "tampered", "malicious", "copying", "secure_tampering"]
 
@@ -45,7 +45,8 @@ ACTIONS = ("hello",) + tuple(_ANSWERS)
 
 def tampered(honest, tampers):
     """A ``ClientApp`` that answers as ``honest`` does, except that its replies to each action in ``tampers``
-    are passed through ``tampers[action](values) -> values`` (``values``: the reply's arrays)."""
+    are passed through ``tampers[action](values) -> values`` (``values``: the reply's arrays, each run's apart when
+    runs go side by side, :func:`fedmm.flower.codec.per_run`)."""
     app = ClientApp()
 
     def make(action):
@@ -53,7 +54,7 @@ def tampered(honest, tampers):
             reply = honest(message, context)
             if action not in tampers or reply.has_error():
                 return reply
-            return Message(encode(tampers[action](arrays(reply.content)), **config(reply.content)),
+            return Message(encode(per_run(tampers[action], arrays(reply.content)), **config(reply.content)),
                            reply_to=message)
         return handle
     for action in ACTIONS:

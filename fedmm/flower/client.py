@@ -68,7 +68,7 @@ from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
 from ..units import Units, client_sums
-from .codec import arrays, config, encode, flatten, record_arrays, unflatten
+from .codec import arrays, config, encode, flatten, prefixed, record_arrays, split_runs, unflatten
 
 __all__ = ["client_app", "load_from_config", "ESTIMATORS"]
 
@@ -229,12 +229,13 @@ class _Session:
         rows = np.flatnonzero((index != fold) if outside else (index == fold))
         return self.data.take_rows(rows, [len(rows)])
 
-    def state(self):
-        saved = record_arrays(self.context.state["fedmm.state"])
+    def state(self, slot=0):
+        """The client's state in run ``slot`` (runs side by side, :func:`fedmm.engine.drive`; a private fit's: 0)."""
+        saved = record_arrays(self.context.state[f"fedmm.state.{slot}"])
         return ClientState(unflatten(MixtureParams, saved, "params."), saved["w0"])
 
-    def save(self, state):
-        self.context.state["fedmm.state"] = _record(flatten(state._replace(prior=None)))
+    def save(self, state, slot=0):
+        self.context.state[f"fedmm.state.{slot}"] = _record(flatten(state._replace(prior=None)))
 
     def own(self):
         """The client's own last estimate in a private fit's stage (:mod:`fedmm.privacy`); its state's start
@@ -243,12 +244,13 @@ class _Session:
             return self.state().params
         return unflatten(MixtureParams, record_arrays(self.context.state["fedmm.own"]))
 
-    def strategy(self):
-        s = self.context.state["fedmm.strategy"]
-        if s["method"] not in self.methods:
-            raise ValueError(f"This client does not run method {s['method']!r}: give its class to "
+    def strategy(self, slot=0):
+        """The method of run ``slot``, as its ``start`` named it."""
+        method, options = json.loads(self.context.state["fedmm.strategy"][str(slot)])
+        if method not in self.methods:
+            raise ValueError(f"This client does not run method {method!r}: give its class to "
                              "fedmm.flower.client_app(methods=[...]).")
-        return self.methods[s["method"]](**json.loads(s["options"]))
+        return self.methods[method](**options)
 
 
 def _record(values):
@@ -279,24 +281,43 @@ def _user_start(session, values, request):
 
 
 def _start(session, values, request):
-    session.context.state["fedmm.strategy"] = ConfigRecord({"method": request["method"],
-                                                            "options": request["options"]})
-    params = unflatten(MixtureParams, values)
-    session.save(session.strategy().client_start(params, session.data.n_samples))
+    """Runs side by side start (:meth:`fedmm.flower.server.FlowerClients.start_runs`): each slot's method, and its
+    state from its parameters."""
+    _start_runs(session, json.loads(request["runs"]), split_runs(values), "")
     if "fedmm.own" in session.context.state:   # a private fit's new stage starts from its start
         del session.context.state["fedmm.own"]
     return {}
 
 
+def _start_runs(session, runs, parts, prefix):
+    """Runs ``{slot: [method, options]}`` start from their parameters in ``parts`` (by slot, under ``prefix``)."""
+    if not runs:
+        return
+    known = dict(session.context.state["fedmm.strategy"]) if "fedmm.strategy" in session.context.state else {}
+    session.context.state["fedmm.strategy"] = ConfigRecord({**known, **{slot: json.dumps(method)
+                                                                        for slot, method in runs.items()}})
+    for slot in runs:
+        params = unflatten(MixtureParams, parts[int(slot)], prefix)
+        session.save(session.strategy(slot).client_start(params, session.data.n_samples), slot)
+
+
 def _step(session, values, request):
-    message, state = session.strategy().client_step(session.family, session.data, session.state(),
-                                                    Broadcast(unflatten(MixtureParams, values)))
-    session.save(state)
-    return flatten(message)
+    """A round of each run that asks this client (its slots in ``runs``; those in ``starts`` start first, from
+    their arrays under ``start.``): a message per run."""
+    parts, replies = split_runs(values), []
+    _start_runs(session, json.loads(request.get("starts", "{}")), parts, "start.")
+    for slot in json.loads(request["runs"]):
+        message, state = session.strategy(slot).client_step(session.family, session.data, session.state(slot),
+                                                            Broadcast(unflatten(MixtureParams, parts[slot])))
+        session.save(state, slot)
+        replies.append((slot, flatten(message)))
+    return prefixed(replies)
 
 
 def _loglik(session, values, request):
-    return {"loglik": session.family.estep(session.data, unflatten(MixtureParams, values))[0]}
+    parts = split_runs(values)
+    return prefixed([(slot, {"loglik": session.family.estep(session.data, unflatten(MixtureParams, parts[slot]))[0]})
+                      for slot in json.loads(request["runs"])])
 
 
 def _fit_weights(session, values, request):

@@ -12,7 +12,8 @@ names the type, and :mod:`fedmm.flower.server` checks every array before it is u
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "payload", "all_bytes"]
+__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs", "per_run",
+           "payload", "all_bytes"]
 
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"
@@ -43,6 +44,31 @@ def unflatten(cls, values, prefix="", nested=None):
         else:
             fields[name] = values.get(f"{prefix}{name}")
     return cls(**fields)
+
+
+def prefixed(parts):
+    """One message of several runs' arrays (runs side by side, :func:`fedmm.engine.drive`): ``[(slot, arrays)]``
+    with each key under ``run<slot>.``."""
+    return {f"run{slot}.{key}": value for slot, arrays in parts for key, value in arrays.items()}
+
+
+def split_runs(values):
+    """A message of several runs' arrays (:func:`prefixed`) by slot; keys under no run's prefix under None."""
+    out = {}
+    for key, value in values.items():
+        head, _, rest = key.partition(".")
+        slot = int(head[3:]) if head.startswith("run") and head[3:].isdigit() and rest else None
+        out.setdefault(slot, {})[key if slot is None else rest] = value
+    return out
+
+
+def per_run(fn, values):
+    """``fn`` applied to each run's arrays of a message of runs side by side (:func:`prefixed`), or to the whole
+    message when it has none: what a party that alters its replies (:mod:`fedmm.flower.attacks`) alters."""
+    parts = split_runs(values)
+    if set(parts) == {None}:
+        return fn(values)
+    return {**parts.get(None, {}), **prefixed([(slot, fn(part)) for slot, part in parts.items() if slot is not None])}
 
 
 def encode(arrays=None, **config):

@@ -36,7 +36,7 @@ from ..methods import make_method
 from ..protocol import ClientMessage, Ledger, stack, take
 from ..robust import fold_sizes, trusted_sizes
 from ..units import FAR, far_from_others, moments_from_sums
-from .codec import arrays, config, encode, flatten, payload, unflatten
+from .codec import arrays, config, encode, flatten, payload, prefixed, split_runs, unflatten
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
 
@@ -157,11 +157,10 @@ class FlowerClients:
         self._n_folds = None
         self.names = {}
         self.ledger = Ledger(len(self.nodes))  # what this federation's queries carried: the fit's communication_
-        self._first_round = True
+        self._runs = {}                       # by slot: (method, sends statistics, first round to come)
         self.relabelled = set()               # positions of the clients whose replies came relabelled
         self._template = None
         self.data_scale = None
-        self._method = ""
 
     @property
     def n_clients(self):
@@ -176,8 +175,11 @@ class FlowerClients:
         settings = json.dumps(est.family_params())
         needs_y = est.needs_y
         private = getattr(est, "privacy", None) is not None
+        # A private fit's public bounds go to every client, which clips its own rows into them and warns locally.
+        bounds = {"bounds": json.dumps([np.asarray(b, dtype=float).tolist() for b in est.privacy.bounds])} \
+            if private else {}
         raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings,
-                         private=private)
+                         private=private, **bounds)
         name_ok = self._name_check(raw)
         if private:
             # Sizes alone repeat between honest clients: no copy check (it needs replies computed from the rows).
@@ -266,28 +268,75 @@ class FlowerClients:
         return stack([unflatten(MixtureParams, replies[k]) for k in range(K)])
 
     def start(self, strategy, params):
-        rows = [flatten(take(params, k)) for k in range(self.n_clients)]
-        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=strategy.name,
-                  options=json.dumps(strategy.client_options()))
-        self._sends_stats = strategy.sends_stats
-        self._method = strategy.name    # the method whose rounds the next step queries are
-        self._first_round = True
+        self.start_runs([(0, strategy, params)])
 
     def step(self, strategy, broadcast, heard=None):
-        index = np.arange(self.n_clients) if heard is None else np.asarray(heard)
-        R = broadcast.params.weights.shape[1]
-        template = self._message_template(R)
-        rows = [flatten(take(broadcast.params, k)) for k in index]
-        replies = self._ask("step", rows, lambda k, v: self._message_check(k, v, template), index,
-                            required=self._first_round)
-        replies = self._restore_labels(replies, broadcast.params.theta)
-        self._first_round = False
-        replied = np.array(sorted(replies), dtype=int)
-        if replied.size < min(self.min_clients, self.n_clients):
-            raise RuntimeError(f"A round heard {replied.size} client(s), fewer than min_clients={self.min_clients}; "
-                               "see the log (fedmm.flower) for the rejected and missing replies.")
-        messages = stack([unflatten(ClientMessage, replies[k], nested={"stats": self._stats_type}) for k in replied])
-        return messages._replace(n=self.n_samples[replied]), replied
+        return self.step_runs([(0, strategy, broadcast, heard, None)])[0]
+
+    def loglik(self, params):
+        return self.loglik_runs([(0, params)])[0]
+
+    def start_runs(self, runs):
+        """Runs side by side start in one query (:func:`fedmm.engine.drive`): each client keeps run ``slot``'s
+        state, and its method, under that slot."""
+        rows = [prefixed([(slot, flatten(take(params, k))) for slot, _, params in runs]) for k in range(self.n_clients)]
+        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=runs[0][1].name,
+                  runs=json.dumps(self._started([(slot, strategy) for slot, strategy, _ in runs])))
+        return [None] * len(runs)
+
+    def _started(self, runs):
+        """Note that the ``(slot, strategy)`` of ``runs`` start (their method, whether their messages carry
+        statistics, their first round, which every client must answer, still to come); what the clients are told
+        of their methods, by slot."""
+        self._runs.update({slot: (strategy.name, strategy.sends_stats, True) for slot, strategy in runs})
+        return {str(slot): [strategy.name, strategy.client_options()] for slot, strategy in runs}
+
+    def step_runs(self, runs):
+        """Rounds of runs side by side in one query: each client asked by any run gets its rows of every run that
+        asks it (with the run's start, :meth:`start_runs`, when it is the run's first round), and replies with a
+        message per run; a reply any part of which fails its check is rejected."""
+        starts = self._started([(slot, start[0]) for slot, _, _, _, start in runs if start is not None])
+        asked = [np.arange(self.n_clients) if heard is None else np.asarray(heard) for _, _, _, heard, _ in runs]
+        index = np.unique(np.concatenate(asked))
+        parts = {k: [] for k in index}
+        for (slot, _, broadcast, _, start), who in zip(runs, asked):
+            for k in who:
+                first = {} if start is None else flatten(take(start[1], k), "start.")
+                parts[k].append((slot, {**flatten(take(broadcast.params, k)), **first}))
+        templates = {slot: self._message_template(broadcast.params.weights.shape[1], self._runs[slot][1])
+                     for slot, _, broadcast, _, _ in runs}
+
+        def check(k, v):
+            split = split_runs(v)
+            if None in split or sorted(split) != sorted(slot for slot, _ in parts[k]):
+                return f"replied for runs {sorted(split)}, asked for {sorted(slot for slot, _ in parts[k])}"
+            return next(filter(None, (self._message_check(k, split[slot], templates[slot]) for slot in split)), None)
+
+        first = any(self._runs[slot][2] for slot, *_ in runs)
+        replies = self._ask("step", [prefixed(parts[k]) for k in index], check, index, required=first,
+                            config_rows=[{"runs": json.dumps([slot for slot, _ in parts[k]])} for k in index],
+                            method=self._runs[runs[0][0]][0], starts=json.dumps(starts))
+        answers = []
+        for (slot, _, broadcast, _, _), who in zip(runs, asked):
+            mine = {k: split_runs(replies[k])[slot] for k in who if k in replies}
+            mine = self._restore_labels(mine, broadcast.params.theta)
+            self._runs[slot] = self._runs[slot][:2] + (False,)
+            replied = np.array(sorted(mine), dtype=int)
+            if replied.size < min(self.min_clients, self.n_clients):
+                raise RuntimeError(f"A round heard {replied.size} client(s), fewer than min_clients="
+                                   f"{self.min_clients}; see the log (fedmm.flower) for the rejected and missing "
+                                   "replies.")
+            messages = stack([unflatten(ClientMessage, mine[k], nested={"stats": self._stats_type}) for k in replied])
+            answers.append((messages._replace(n=self.n_samples[replied]), replied))
+        return answers
+
+    def loglik_runs(self, runs):
+        """Every client's log-likelihood at its rows of several runs' parameters, in one query."""
+        rows = [prefixed([(slot, flatten(take(params, k))) for slot, params in runs]) for k in range(self.n_clients)]
+        slots = [slot for slot, _ in runs]
+        replies = self._ask("loglik", rows, lambda k, v: _arrays_ok(v, {f"run{slot}.loglik": (1,) for slot in slots}),
+                            required=True, runs=json.dumps(slots))
+        return [np.concatenate([replies[k][f"run{slot}.loglik"] for k in range(self.n_clients)]) for slot in slots]
 
     def _restore_labels(self, replies, sent):
         """A round's replies in the labels the server sent (``sent``: every client's ``theta``).
@@ -328,11 +377,6 @@ class FlowerClients:
         (:class:`fedmm.flower.secure.LocalNoiseRounds`)."""
         from .secure import LocalNoiseRounds, SecureRounds
         return (SecureRounds if average.noise == "central" else LocalNoiseRounds)(self, average)
-
-    def loglik(self, params):
-        replies = self._ask("loglik", [flatten(take(params, k)) for k in range(self.n_clients)],
-                            lambda k, v: _arrays_ok(v, {"loglik": (1,)}), required=True)
-        return np.concatenate([replies[k]["loglik"] for k in range(self.n_clients)])
 
     def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
         which = np.ones(self.n_clients, dtype=bool) if which is None else which
@@ -378,12 +422,12 @@ class FlowerClients:
         self._stats_type, self._template = type(stats), (params, stats)
         return params
 
-    def _message_template(self, R):
+    def _message_template(self, R, sends_stats):
         if self._template is None or self._template[0].weights.shape[1] != R:
             self._params_template(R)
         params, stats = self._template
         shapes = {"n": (1,), "loglik": (1,), **{k: v.shape for k, v in flatten(params).items()}}
-        if self._sends_stats:
+        if sends_stats:
             shapes.update({f"stats.{k}": v.shape for k, v in flatten(stats).items()})
         return shapes
 
@@ -468,7 +512,7 @@ class FlowerClients:
             raw[k] = values if echoed == tag else f"stale reply (tag {echoed!r}, expected {tag!r})"
             self.names[k] = config(reply.content).get("client-id")
         raw.update({k: "no reply in time" for k in index if k not in raw})
-        method = settings.get("method", self._method if action == "step" else "")
+        method = settings.pop("method", "")
         down = [payload(m.content) for m in messages]
         self.ledger.record(action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
                            method=method)
