@@ -166,8 +166,9 @@ class LocalClients:
                                             take(broadcast, heard))
                 self.states[slot] = put(self.states[slot], heard, states)
             answers.append((messages, np.arange(self.n_clients) if heard is None else heard))
-        self._record_runs("step", [(heard, [broadcast.params] + ([] if start is None else [start[1]]), messages)
-                                   for (_, _, broadcast, heard, start), (messages, _) in zip(runs, answers)], runs[0][1])
+        sent = [[broadcast.params] + ([] if start is None else [start[1]]) for _, _, broadcast, _, start in runs]
+        self._record_runs("step", [(heard, down, messages) for (_, _, _, heard, _), down, (messages, _)
+                                   in zip(runs, sent, answers)], runs[0][1])
         return answers
 
     def loglik_runs(self, runs):

@@ -196,9 +196,9 @@ def drive(clients, runs):
     query at once share one message to each client (:meth:`fedmm.clients.LocalClients.step_runs` and its
     kind for ``"step"`` and ``"loglik"``; each run keeps its clients' states in a slot of its own), and a
     run's ``"start"`` goes with its first round: ten candidate starts of five rounds cost five round trips,
-    not sixty, across parties, and give the numbers they give one after another. At most :func:`side_by_side` runs go at once (each holds a
-    state per client); the others wait for a free slot. A transport without those calls (a private fit's,
-    :mod:`fedmm.privacy`) runs them one after another.
+    not sixty, across parties, and give the numbers they give one after another. At most
+    :func:`side_by_side` runs go at once (each holds a state per client); the others wait for a free slot.
+    A transport without those calls (a private fit's, :mod:`fedmm.privacy`) runs them one after another.
     """
     if not hasattr(clients, "step_runs"):
         return [_drive_alone(clients, run) for run in runs]
@@ -252,7 +252,8 @@ def drive(clients, runs):
         asking = [slot for slot, ask in pending.items() if ask[0] == query]
         asks = [pending.pop(slot) for slot in asking]
         # A start goes with a round that asks every client (it sets every client's state); else on its own first.
-        alone = [slot for slot, ask in zip(asking, asks) if slot in starting and (query != "step" or ask[3] is not None)]
+        alone = [slot for slot, ask in zip(asking, asks)
+                 if slot in starting and (query != "step" or ask[3] is not None)]
         if alone:
             clients.start_runs([(slot, *starting.pop(slot)) for slot in alone])
         if query == "step":
