@@ -52,7 +52,8 @@ CASES = list(programs())
 
 
 def _run(program, folder):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)   # this checkout's fedmm
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
     folder.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run([sys.executable, "-c", program], cwd=folder, env=env, capture_output=True,
