@@ -183,7 +183,7 @@ class FederatedData:
             Xs = [_client_X(Xk, _name(k, client_ids[k])) for k, Xk in enumerate(X)]
             _check_dimensions(Xs, client_ids, n_features, model)
             offsets = np.concatenate([[0], np.cumsum([len(Xk) for Xk in Xs])]).astype(np.intp)
-            X_all = _packed(Xs)
+            X_all = np.ascontiguousarray(np.concatenate(Xs), dtype=_storage_dtype(Xs))   # a copy, also of one client
             y_all = None if y is None else np.concatenate(
                 [_client_y(yk, Xk.shape[0], _name(k, client_ids[k])) for k, (Xk, yk) in enumerate(zip(Xs, y))])
         else:
@@ -414,7 +414,8 @@ def _grouped(X, y, groups, n_features, model):
     new_client = np.concatenate([[True], ordered[1:] != ordered[:-1]])
     client_ids = ordered[new_client]
     offsets = np.append(np.flatnonzero(new_client), len(groups)).astype(np.intp)
-    X_all = _packed([_by_client(_client_X, X_arr, order, offsets, client_ids)])
+    X_all = _by_client(_client_X, X_arr, order, offsets, client_ids)                # gathered: a copy
+    X_all = X_all.astype(_storage_dtype([X_all]), copy=False)
     _check_dimensions([X_all] * len(client_ids), client_ids, n_features, model)
     if y is None:
         return client_ids, order, offsets, X_all, None
@@ -453,11 +454,10 @@ def _real(values, name, what):
     return values
 
 
-def _packed(Xs):
-    """The clients' arrays as one C-contiguous array: float32 input stays float32 (half the memory; the
-    kernels sum in float64), as scikit-learn's KMeans does; anything else is float64."""
-    dtype = np.float32 if all(Xk.dtype == np.float32 for Xk in Xs) else np.float64
-    return np.ascontiguousarray(Xs[0] if len(Xs) == 1 else np.concatenate(Xs), dtype=dtype)
+def _storage_dtype(Xs):
+    """float32 where every client's ``X`` is float32 (half the memory; the kernels sum in float64), as
+    scikit-learn's KMeans keeps it; float64 for anything else."""
+    return np.float32 if all(Xk.dtype == np.float32 for Xk in Xs) else np.float64
 
 
 def _client_X(Xk, name):

@@ -16,6 +16,13 @@ def test_list_input_is_packed_contiguously(rng):
     assert [a.shape[0] for a in data.split(np.arange(9))] == [3, 5, 1]
 
 
+def test_the_stored_data_are_a_copy_of_the_callers(rng):
+    X = rng.randn(6, 2)
+    for data in (FederatedData.from_input(X), FederatedData.from_input([X]),
+                 FederatedData.from_input(X, groups=np.zeros(6)), FederatedData.from_input(X, groups=np.arange(6))):
+        assert not np.shares_memory(data.X, X) and data.X.flags.c_contiguous
+
+
 def test_groups_input_sorts_by_client_and_restores_order(rng):
     X = rng.randn(7, 2)
     y = rng.randn(7)
