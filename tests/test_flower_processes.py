@@ -98,7 +98,9 @@ def test_separate_processes_fit_without_a_supernode_killed_mid_fit(tmp_path, tls
     remote = joblib.load(out)
     # Client 2 (by its client-id) is left out; the fit is the in-process one on the other two.
     np.testing.assert_array_equal(remote.client_ids_, [0, 1])
-    assert any(r.reason == "no reply in time" for r in remote.flower_rejections_)
+    # Waited for until the query's timeout, or reported gone by the SuperLink first (its heartbeat stopped).
+    assert any(r.reason == "no reply in time" or r.reason.startswith("the SuperLink reports the node gone")
+               for r in remote.flower_rejections_)
     ref = FederatedGaussianMixture(5, init="trimmed-pooled", random_state=0).fit(X[:2])
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)
