@@ -231,6 +231,14 @@ class Strategy(BaseEstimator, ABC):
         n = np.full(R, 1.0 if self.shares_components else float(len(index)))
         return n, n
 
+    def new_client(self, family, data, params, history, max_iter, tol):
+        """The parameters of a client unseen at training (:meth:`personalize
+        <fedmm.FederatedGaussianMixture.personalize>`), from its own rows ``data`` alone: ``params`` (one client)
+        holds the consensus components of the group that fits it best and its own proportions. By default the
+        components stay at the consensus: the model of a method whose clients share them (FedEM Sec. 2.2 / 3.2).
+        ``history`` is the fit's ``history_``."""
+        return params
+
     def better_run(self, best, candidate, n_k):
         """Whether the run from a later start (:class:`fedmm.engine.FitResult`) replaces the best so far:
         a higher total log-likelihood (a tie up to rounding keeps the earlier run)."""

@@ -86,8 +86,8 @@ from ..robust import kept_clients
 from ..threads import parallel_kernel
 from .tuning import noise_ratios
 
-__all__ = ["CentralResult", "central_update", "pooling_share", "centre_margin", "between_variance", "linear_shrinkage",
-           "SOLVERS"]
+__all__ = ["CentralResult", "central_update", "soft_threshold", "pooling_share", "centre_margin", "between_variance",
+           "linear_shrinkage", "SOLVERS"]
 
 
 class CentralResult(NamedTuple):
@@ -319,7 +319,7 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
     center, it, converged = iterate(theta, n_k, weights, slope, float(lam), center, tol * scale, max_iter)
     u = theta - center
     distance = _norm(u, metric)
-    nu = _soft_threshold(u, threshold, metric, distance)
+    nu = soft_threshold(u, threshold, metric, distance)
     nu += center
     # Pooled: Delta_k = 0, i.e. not beyond the threshold (an empty component's is infinite).
     return CentralResult(nu, center, ~(distance > threshold), distance, threshold, it, converged)
@@ -343,7 +343,7 @@ def _numpy_iterations(solver, threshold, metric=None):
         return _weighted_mean(theta, np.where(distance <= threshold, weights, far), metric)
 
     def alternating_step(theta, weights, slope, lam, center):
-        return _weighted_mean(theta - _soft_threshold(theta - center, threshold, metric), weights, metric)
+        return _weighted_mean(theta - soft_threshold(theta - center, threshold, metric), weights, metric)
 
     step = alternating_step if solver == "alternating" else irls_step
 
@@ -427,7 +427,7 @@ def _norm(u, metric=None):
     return np.sqrt(np.maximum(np.einsum("...i,...ij,...j->...", u, metric, u), 0.0))
 
 
-def _soft_threshold(u, threshold, metric=None, norm=None):
+def soft_threshold(u, threshold, metric=None, norm=None):
     """Group soft-threshold of every ``u[k, r]`` at ``threshold[k, r]`` (the ``Delta_k`` step of eq. (6)),
     in the metric's norm (``norm``, :func:`_norm` of ``u``, when already at hand)."""
     norm = (_norm(u, metric) if norm is None else norm)[..., None]

@@ -378,8 +378,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         self._center = self._centers[0]
 
     def _personalize(self, X, y):
-        """EM on the mixing proportions of new clients, components fixed at the centre (FedEM Sec. 2.2/3.2):
-        one :class:`ClientMixture` per new client."""
+        """New clients' mixtures, one :class:`ClientMixture` each: EM on their proportions with the components at the
+        centre of the group that fits them best (FedEM Sec. 2.2/3.2), then the components as the method fits them
+        for one more client (:meth:`fedmm.algorithms.Strategy.new_client`)."""
         check_is_fitted(self, "params_")
         many = isinstance(X, (list, tuple))
         data = FederatedData.from_input(X if many else [X], y if many or y is None else [y],
@@ -402,6 +403,8 @@ class _FederatedMixture(BaseEstimator, ABC):
             best = MixtureParams(*(np.where(better.reshape((K,) + (1,) * (a.ndim - 1)), a, b)
                                    for a, b in zip(params, best)))
             best_loglik = np.maximum(loglik, best_loglik)
+        # Its components as the method would fit them for one more client (FedGrEM: shrunk towards that centre).
+        best = self.method_.new_client(self._family, data, best, getattr(self, "history_", {}), self.max_iter, self.tol)
         clients = [ClientMixture(self, best.take([k])) for k in range(K)]
         return clients if many else clients[0]
 

@@ -73,7 +73,7 @@ from scipy import stats
 from sklearn.base import BaseEstimator
 
 from .. import _params as P
-from ..algorithms.central import _soft_threshold, central_update
+from ..algorithms.central import central_update, soft_threshold
 from ..algorithms.fedem import FedEM, SharedComponents
 from ..families import MixtureParams, pool_stats
 from ..families.gaussian import WhitenedSums
@@ -698,7 +698,7 @@ def personal_components(family, theta, point, N, centre_variance, n_clients):
     q = stats.chi2.ppf(1.0 - PERSONAL_LEVEL / (n_clients * R), p)
     lam = np.sqrt(q * (1.0 / np.maximum(N, 1.0) + centre_variance))
     z = family.whiten(theta - point.theta, point.scale)
-    return point.theta + family.unwhiten(_soft_threshold(z, lam), point.scale)
+    return point.theta + family.unwhiten(soft_threshold(z, lam), point.scale)
 
 
 def sent_params(family, point, own, n, centre_variance=None, n_clients=None):
