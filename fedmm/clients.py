@@ -13,7 +13,7 @@ import numpy as np
 from .algorithms._base import em_update
 from .families import MixtureParams
 from .families._base import one_hot
-from .protocol import Ledger, n_floats, put, stack, take
+from .protocol import Ledger, Transport, calls, n_floats, put, stack, take
 from .robust import client_fold
 from .units import pooled_moments
 
@@ -22,10 +22,8 @@ __all__ = ["MODES", "TRANSPORT", "LocalClients", "Rowless", "strict_rows", "serv
 
 MODES = ("batched", "per-client")
 
-#: What the server side of a fit may ask of its clients: :class:`fedmm.flower.server.FlowerClients`'s interface.
-TRANSPORT = ("n_clients", "n_samples", "data_scale", "family", "ledger", "moments", "set_units", "family_starts",
-             "user_start", "start", "step", "loglik", "start_runs", "step_runs", "loglik_runs", "fit_weights",
-             "deal_folds", "training", "held_out_loglik")
+#: What the server side of a fit may ask of its clients: the calls of :class:`fedmm.protocol.Transport`.
+TRANSPORT = calls(Transport)
 
 _strict = [False]
 

@@ -14,13 +14,14 @@ so one client's message is ``take(messages, k)`` and a round's messages are
 ``stack`` of the clients'. No field grows with a client's sample size ``n_k``.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from .families import MixtureParams
 
-__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "take", "stack", "put", "n_floats"]
+__all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "Rounds", "Transport", "calls", "take",
+           "stack", "put", "n_floats"]
 
 
 class ClientMessage(NamedTuple):
@@ -198,3 +199,82 @@ class Ledger:
         out = {"query": np.array(self.actions), "method": np.array(self.methods), "phase": np.array(self.phases),
                **{key: np.array(value, dtype=np.int64) for key, value in counts.items()}}
         return {**out, **{f"client_{key}": value.copy() for key, value in self.client.items()}}
+
+
+class Rounds(Protocol):
+    """What a run of rounds asks of its clients (:func:`fedmm.engine.run_rounds`): a private fit's transports
+    (:mod:`fedmm.privacy`, :mod:`fedmm.flower.secure`) offer this much.
+
+    ``n_clients``, ``n_samples`` (K,), ``family`` and ``ledger`` (:class:`Ledger`) describe the federation;
+    ``data_scale`` is the largest absolute value in any client's data (the divergence check's unit).
+    """
+
+    n_clients: int
+    n_samples: np.ndarray
+    data_scale: float
+    family: object
+    ledger: "Ledger"
+
+    def start(self, strategy, params):
+        """Every client takes its state from its row of the start ``params`` (``strategy.client_start``)."""
+
+    def step(self, strategy, broadcast, heard=None):
+        """One round: ``(messages, replied)``, the replies of the clients ``heard`` (None: all) to their rows of
+        ``broadcast``, stacked, and the clients they came from (those whose reply was lost or refused left out)."""
+
+    def loglik(self, params):
+        """(K,) every client's log-likelihood at its row of ``params``."""
+
+
+class Transport(Rounds, Protocol):
+    """Everything the server side of a fit may ask of its clients, in this process
+    (:class:`fedmm.clients.LocalClients`) or across parties (:class:`fedmm.flower.server.FlowerClients`): the
+    engine, the starts, the units and the penalty's cross-validation reach clients through these calls only.
+    """
+
+    def start_runs(self, runs):
+        """:meth:`start` of several runs side by side in one query (:func:`fedmm.engine.drive`): ``runs``, a list
+        of ``(slot, strategy, params)``; each client keeps each run's state in its slot."""
+
+    def step_runs(self, runs):
+        """:meth:`step` of several runs side by side in one query: ``runs``, a list of ``(slot, strategy,
+        broadcast, heard, start)`` (``start``: None, or the ``(strategy, params)`` the run's clients start from
+        first); a list of ``(messages, replied)``."""
+
+    def loglik_runs(self, runs):
+        """:meth:`loglik` of several runs in one query: ``runs``, a list of ``(slot, params)``; a list of (K,)."""
+
+    def moments(self):
+        """The clients' pooled moments (:func:`fedmm.units.pooled_moments`): sums the server adds."""
+
+    def set_units(self, units, scale_reply=True):
+        """Every client moves its data into the fit's standard units (:mod:`fedmm.units`)."""
+
+    def family_starts(self, seeds, n_components, which=None):
+        """The clients' own starts from their seeds (``which``: those clients only), stacked parameters."""
+
+    def user_start(self, weights, theta):
+        """The start from given parameters, its variances fitted by each client."""
+
+    def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
+        """(K, R): the clients ``which`` (bool mask; None: all) refit their proportions to ``params``."""
+
+    def deal_folds(self, n_folds, seeds):
+        """Every client deals its rows into ``n_folds`` folds from its own seed."""
+
+    def training(self, fold):
+        """The clients answering from their rows outside ``fold``: a transport of its own."""
+
+    def held_out_loglik(self, fold, params):
+        """(K,) every client's log-likelihood of its rows in ``fold`` at its row of ``params``."""
+
+
+def calls(protocol):
+    """The names a transport ``protocol`` declares (:class:`Rounds`, :class:`Transport`), attributes and calls."""
+    names = {}
+    for cls in reversed(protocol.__mro__):
+        if cls is Protocol or not getattr(cls, "_is_protocol", False):
+            continue
+        names.update(dict.fromkeys(getattr(cls, "__annotations__", {})))
+        names.update(dict.fromkeys(k for k, v in vars(cls).items() if callable(v) and not k.startswith("_")))
+    return tuple(names)

@@ -238,3 +238,43 @@ def test_precondition_belongs_to_gradient_methods(monkeypatch):
     with pytest.raises(ValueError, match="precondition=False changes the gradient step; LocalEM takes none"):
         FederatedMixtureRegression(3, method="local-em", precondition=False).fit([[0.0]], [[0.0]])
 
+
+
+def _transports():
+    """Every transport fedmm has, with the protocol it implements."""
+    from fedmm.clients import LocalClients
+    from fedmm.privacy import PrivateClients
+    from fedmm.protocol import Rounds, Transport
+    found = [(LocalClients, Transport), (PrivateClients, Rounds)]
+    try:
+        from fedmm.flower.secure import LocalNoiseRounds, SecureRounds
+        from fedmm.flower.server import FlowerClients
+    except ImportError:   # no flwr
+        return found
+    return found + [(FlowerClients, Transport), (SecureRounds, Rounds), (LocalNoiseRounds, Rounds)]
+
+
+@pytest.mark.parametrize("cls, protocol", _transports(), ids=lambda x: getattr(x, "__name__", str(x)))
+def test_every_transport_implements_all_of_its_protocol(cls, protocol):
+    """Each call with the protocol's parameters, each attribute a class attribute, a property or set on the
+    instance in ``__init__``; a transport missing one would fail a fit only where that call is first made."""
+    import inspect
+    from fedmm.protocol import calls
+    source = inspect.getsource(cls) + "".join(inspect.getsource(base) for base in cls.__mro__[1:]
+                                              if base.__module__.startswith("fedmm"))
+    for name in calls(protocol):
+        declared = getattr(protocol, name, None)
+        if callable(declared):
+            assert callable(getattr(cls, name, None)), f"{cls.__name__} lacks {name}"
+            wanted = list(inspect.signature(declared).parameters)
+            assert list(inspect.signature(getattr(cls, name)).parameters) == wanted, (cls.__name__, name)
+        else:
+            assert hasattr(cls, name) or f"self.{name} =" in source or f"self.{name}, " in source, \
+                f"{cls.__name__} has no {name}"
+
+
+def test_the_transport_calls_are_the_protocols():
+    from fedmm.clients import TRANSPORT
+    from fedmm.protocol import Rounds, Transport, calls
+    assert set(calls(Rounds)) < set(TRANSPORT) == set(calls(Transport))
+    assert {"start", "step", "loglik", "step_runs", "n_samples", "ledger"} <= set(TRANSPORT)
