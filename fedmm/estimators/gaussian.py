@@ -117,12 +117,9 @@ class FederatedGaussianMixture(_FederatedMixture):
     def personalize(self, X):
         """The mixture of a client unseen at training, from its own rows: no round with the others.
 
-        Its proportions by EM at the components of the group whose centre fits it best (FedEM Sec. 2.2 / 3.2);
-        then its components as the method fits one more client. FedGrEM shrinks the client's own estimates
-        towards that centre at the fit's last penalty (:func:`fedmm.algorithms.fedgrem.shrunk_client`): with few
-        rows it keeps the consensus, with many it approaches its own EM (``validation/new_client.py``: 30 rows at
-        the consensus's error, 300 rows 0.87x its own EM's where clients are 0.5 apart). Methods whose clients
-        share their components (FedEM, pooled EM) keep them at the centre.
+        Its proportions at the best-fitting group's components, then its components as the method fits one
+        more client (:meth:`fedmm.algorithms.Strategy.new_client`; FedGrEM's: with few rows the consensus,
+        with many near its own EM, :func:`fedmm.algorithms.fedgrem.shrunk_client`).
 
         Parameters
         ----------
