@@ -15,17 +15,18 @@ from sklearn.base import clone
 
 from . import _params as constraints
 from .algorithms import (TGMM, DFedEM, DFedGrEM, DynamicGraph, FedEM, FedeRiCo, FedGrEM, GradientStrategy, LocalEM,
-                         LocalGrEM, PooledEM, PooledGrEM)
+                         LocalGrEM, PooledEM, PooledGrEM, SparseFedGrEM)
 from .algorithms import Strategy as Method
 from .algorithms._base import em_update, grem_update, step_sizes
 
 __all__ = ["METHODS", "Method", "GradientStrategy", "constraints", "em_update", "grem_update", "step_sizes",
            "make_method", "gather_options", "FedGrEM", "FedEM", "DFedEM", "DFedGrEM",
-           "FedeRiCo", "DynamicGraph", "TGMM", "LocalEM", "LocalGrEM", "PooledEM", "PooledGrEM"]
+           "FedeRiCo", "DynamicGraph", "TGMM", "LocalEM", "LocalGrEM", "PooledEM", "PooledGrEM",
+           "SparseFedGrEM"]
 
 #: Every method fedmm ships, by the name ``method=`` takes.
 METHODS = {cls.name: cls for cls in (FedGrEM, FedEM, DFedEM, DFedGrEM, FedeRiCo, DynamicGraph, TGMM, LocalEM,
-                                     LocalGrEM, PooledEM, PooledGrEM)}
+                                     LocalGrEM, PooledEM, PooledGrEM, SparseFedGrEM)}
 
 
 def make_method(method):

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._assumptions import AssumptionCheck, Condition
 
-__all__ = ["TERMS", "Bound", "bound", "theorem_a8", "localized_radius", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
+__all__ = ["TERMS", "Bound", "bound", "sparse_rate", "sparse_bound", "theorem_a8", "localized_radius", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
            "theory_penalty_params", "check_conditions"]
 
 TERMS = ("iterative", "aggregation", "mixing", "heterogeneity", "outliers")
@@ -198,6 +198,36 @@ def bound(model="gmm", *, n, K, d, R, h=0.0, eps=0.0, T=1000, delta=0.05, M=1.0,
     }
     setting = dict(model=model, n=n, K=K, d=d, R=R, h=h, eps=eps, T=T, delta=delta, M=M, c_w=c_w, kappa0=kappa0)
     return Bound({k: float(v) for k, v in terms.items()}, setting)
+
+
+def sparse_rate(n, d, s, R, M=1.0, c_w=1.0, C=1.0):
+    """The sparse single-task rate ``C R^2 M^3 sqrt(s log d / n) / c_w``: :func:`local_rate` with ``d``
+    replaced by ``s log d``, ``s`` the coordinates on which the parameters are not zero. Its square,
+    ``s log d / n``, is the statistical term of truncated EM (Wang, Gu, Ning & Liu 2015: error
+    ``sqrt(s* log d / n)``) and regularized EM (Yi & Caramanis 2015) for a sparse Gaussian mixture."""
+    return C * R ** 2 * M ** 3 * np.sqrt(s * np.log(d) / n) / c_w
+
+
+def sparse_bound(model="gmm", *, n, K, d, s, R, h=0.0, eps=0.0, T=1000, delta=0.05, M=1.0, c_w=1.0, kappa0=0.5,
+                 constants=None):
+    """The terms of :func:`bound` for ``method="sparse-fedgrem"`` (``fedmm.algorithms.sparse``): ``sqrt(d / n)``
+    replaced by ``sqrt(s log d / n)`` (:func:`sparse_rate`) in the aggregation term (``n S`` rows pooled),
+    the heterogeneity term ``min{h, sparse rate}`` and the outlier term ``eps * sparse rate``; the iterative
+    and mixing terms as in Cor. A.12. A conjecture, not a theorem: the FedGrEM paper names sparse parameters
+    as an extension (App. D) without a bound; this is Cor. A.12's form with the sparse single-task rate of
+    Wang et al. (2015) in place of the dense one, which ``validation/sparse.py`` checks against measurement.
+    Arguments as :func:`bound`'s, plus ``s``, the support size (``1 <= s <= d``)."""
+    if not 1 <= s <= d:
+        raise ValueError(f"s must be in [1, d]; got s={s}, d={d}.")
+    dense = bound(model, n=n, K=K, d=d, R=R, h=h, eps=eps, T=T, delta=delta, M=M, c_w=c_w, kappa0=kappa0,
+                  constants=constants)
+    C = {name: 1.0 for name in TERMS}
+    C.update(constants or {})
+    S = K * (1 - eps)
+    local = sparse_rate(n, d, s, R, M, c_w)
+    terms = dict(dense.terms, aggregation=float(C["aggregation"] * sparse_rate(n * S, d, s, R, M, c_w)),
+                 heterogeneity=float(min(h, C["heterogeneity"] * local)), outliers=float(C["outliers"] * eps * local))
+    return Bound(terms, dict(dense.setting, s=s))
 
 
 def federation_helps(**setting):

@@ -12,7 +12,8 @@ from .federico import FedeRiCo
 from .fedgrem import FedGrEM
 from .local import LocalEM, LocalGrEM
 from .pooled import PooledEM, PooledGrEM
+from .sparse import SparseFedGrEM
 from .tgmm import TGMM
 
 __all__ = ["Strategy", "GradientStrategy", "FedGrEM", "FedEM", "DFedEM", "DFedGrEM", "FedeRiCo", "DynamicGraph",
-           "TGMM", "LocalEM", "LocalGrEM", "PooledEM", "PooledGrEM"]
+           "TGMM", "LocalEM", "LocalGrEM", "PooledEM", "PooledGrEM", "SparseFedGrEM"]

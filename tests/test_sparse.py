@@ -1,0 +1,115 @@
+"""Sparse FedGrEM (issue 64): the threshold's formulas, support recovery, robustness, equivariance, registry."""
+
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
+from fedmm.algorithms.sparse import firm_threshold, soft_threshold_coordinates, sparsify, threshold_level
+from fedmm.methods import METHODS, SparseFedGrEM
+from fedmm.theory import bound, sparse_bound, sparse_rate
+
+ROOT = Path(__file__).parent.parent
+
+
+def _design(d=60, s=3, K=5, n=120, sep=6.0, outlier=True, seed=0):
+    """Two components, means +-sep / (2 sqrt(s)) on the first s features, identity covariances."""
+    rng = np.random.default_rng(seed)
+    mu = np.zeros((2, d))
+    mu[0, :s], mu[1, :s] = sep / 2 / np.sqrt(s), -sep / 2 / np.sqrt(s)
+    X = [mu[rng.integers(0, 2, n)] + rng.normal(size=(n, d)) for _ in range(K)]
+    if outlier:
+        X.append(2.0 + np.sqrt(3.0) * rng.normal(size=(n, d)))      # App. B.1's outlier task
+    return X, mu
+
+
+def _error(means, mu, honest):
+    """Largest honest-client error of the means, over the two labellings."""
+    return max(min(np.linalg.norm(m - mu, axis=1).max(), np.linalg.norm(m[::-1] - mu, axis=1).max())
+               for m in means[:honest])
+
+
+def _fit(X, method="sparse-fedgrem", **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return FederatedGaussianMixture(2, method=method, random_state=0, **kwargs).fit(X)
+
+
+def test_thresholds_follow_their_formulas():
+    u = np.array([-3.0, -1.5, -0.5, 0.0, 0.8, 1.2, 2.0, 5.0])
+    np.testing.assert_allclose(soft_threshold_coordinates(u, 1.0), [-2.0, -0.5, 0, 0, 0, 0.2, 1.0, 4.0])
+    # firm: 0 up to tau, 2(|u| - tau) between tau and 2 tau, u beyond
+    np.testing.assert_allclose(firm_threshold(u, 1.0), [-3.0, -1.0, 0, 0, 0, 0.4, 2.0, 5.0])
+    np.testing.assert_allclose(threshold_level(np.array([100.0, 400.0]), 500, 2.0),
+                               2.0 * np.sqrt(2 * np.log(500) / np.array([100.0, 400.0])))
+
+
+def test_sparsify_thresholds_the_centre_at_the_pooled_size_and_deviations_at_their_own():
+    K, R, d = 4, 1, 3
+    center = np.broadcast_to(np.array([0.05, 0.5, 3.0]), (K, R, d)).copy()
+    theta = center.copy()
+    theta[3, 0] += [0.4, 0.0, 0.0]                                 # one unpooled client's small deviation
+    pooled = np.array([[True], [True], [True], [False]])
+    N = np.full((K, R), 100.0)
+    out, c = sparsify(theta, center, np.zeros(K, dtype=int), pooled, N, np.ones((R, 1)))
+    tau_c, tau_k = threshold_level(300.0, d), threshold_level(100.0, d)     # 0.085, 0.148
+    np.testing.assert_allclose(c[0, 0], [0.0, 0.5, 3.0])          # noise below tau_c gone, the rest unbiased
+    assert 0.4 > 2 * tau_k and tau_c < 0.05 * 2                    # the deviation is kept whole ...
+    np.testing.assert_allclose(out[3, 0], [0.4, 0.5, 3.0])
+    np.testing.assert_allclose(out[0, 0], c[0, 0])                 # ... and pooled clients take the centre
+    soft = sparsify(theta, center, np.zeros(K, dtype=int), pooled, N, np.ones((R, 1)), thresholding="soft")[1]
+    np.testing.assert_allclose(soft[0, 0], [0.0, 0.5 - tau_c, 3.0 - tau_c])
+
+
+def test_support_recovered_and_the_outlier_kept_out():
+    X, mu = _design()
+    sparse = _fit(X, covariance_type="identity")
+    dense = _fit(X, method="fedgrem", covariance_type="identity")
+    # Every true feature; of 57 noise features times 2 components, the universal threshold (2.9 sd) lets
+    # about half a false positive through by chance.
+    assert sparse.support_[:3].all() and sparse.support_[3:].sum() <= 2
+    assert 5 in sparse.suspected_outliers_
+    err_sparse, err_dense = _error(sparse.means_, mu, 5), _error(dense.means_, mu, 5)
+    assert err_sparse < 0.5 * err_dense and err_sparse < 0.35, (err_sparse, err_dense)
+    assert sparse.history_["support_size"][-1] == sparse.support_.sum()
+
+
+def test_equivariant_to_shifting_and_rescaling_features():
+    """covariance_type="diag" fits in standard units, and sparsity is about the mixture mean there."""
+    X, _ = _design(d=30, outlier=False, K=4)
+    scale, shift = np.linspace(0.5, 20.0, 30), np.linspace(-100.0, 100.0, 30)
+    a = _fit(X)
+    b = _fit([x * scale + shift for x in X])
+    np.testing.assert_allclose(b.means_, a.means_ * scale + shift, rtol=1e-6, atol=1e-6 * np.abs(shift).max())
+    np.testing.assert_array_equal(a.support_, b.support_)
+    assert a.support_[:3].all() and a.support_.sum() <= 4
+
+
+def test_regressions_are_refused_with_a_clear_error():
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(50, 3)) for _ in range(3)]
+    y = [x[:, 0] + rng.normal(size=50) for x in X]
+    with pytest.raises(ValueError, match="Gaussian mixtures only"):
+        FederatedMixtureRegression(2, method="sparse-fedgrem", random_state=0).fit(X, y)
+
+
+def test_listed_in_the_registry_and_the_docs_and_validated():
+    assert METHODS["sparse-fedgrem"] is SparseFedGrEM
+    text = (ROOT / "docs" / "methods.md").read_text()
+    assert re.search(r'^\| `"sparse-fedgrem"` \| `SparseFedGrEM` \|', text, flags=re.M)
+    with pytest.raises(ValueError, match="threshold_scale"):
+        FederatedGaussianMixture(2, method=SparseFedGrEM(threshold_scale=0.0)).fit(_design(d=5)[0])
+
+
+def test_the_sparse_bound_is_the_dense_one_with_s_log_d_for_d():
+    setting = dict(n=100, K=11, R=2, h=0.2, eps=1 / 11)
+    d, s = 500, 10
+    sparse, dense = sparse_bound(d=d, s=s, **setting), bound(d=d, **setting)
+    assert sparse.terms["aggregation"] == pytest.approx(dense.terms["aggregation"] * np.sqrt(s * np.log(d) / d))
+    assert sparse.terms["outliers"] == pytest.approx(setting["eps"] * sparse_rate(100, d, s, 2))
+    assert sparse.terms["mixing"] == dense.terms["mixing"] and sparse.terms["heterogeneity"] == 0.2
+    with pytest.raises(ValueError, match="s must be"):
+        sparse_bound(d=10, s=11, **setting)
