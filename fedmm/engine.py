@@ -348,30 +348,7 @@ class _Pass:
                                      **strategy.round_info(self.server)})
                 progress.round(t, self.history[-1])
                 self.params = new
-                if strategy.stop_on == "parameter_change":
-                    moving = moved >= tol
-                else:
-                    moving = np.ones(K, dtype=bool) if self.previous is None else np.abs(mean_ll - self.previous) >= tol
-                if 0 < 3 * moving.sum() < K:  # only a few move: are they clients the strategy has set apart?
-                    apart = strategy.may_keep_moving(strategy.diagnostics(self.server), new, n_k)
-                    if apart is not None:
-                        moving &= ~apart
-                calm_round = not moving.any()
-                tail = t > 1 and moving.sum() <= DEFER * K
-                if not calm_round and restart_next is not None and tail:
-                    # Rounds that move only a few clients, all of which the next pass starts afresh, are spent on
-                    # states it replaces; the pass resumes if it keeps none of them.
-                    fresh = strategy.restarting(strategy.diagnostics(self.server), restart_next)
-                    self.deferred = calm_round = fresh is not None and not (moving & ~fresh).any()
-                self.tail = self.tail or (tail and strategy.per_client and self.participation is None)
-                if self.tail:
-                    self.calm |= ~moving
-                else:
-                    # Stop after calm rounds that heard every client: a round that heard few says little about
-                    # the rest.
-                    self.calm = self.calm | mask if calm_round else np.zeros(K, dtype=bool)
-                self.previous = mean_ll
-                if self.calm.all():
+                if self._settled(t, moved, mean_ll, mask, tol, restart_next):
                     converged = True
                     break
             loglik = yield "loglik", self.params
@@ -381,6 +358,42 @@ class _Pass:
         progress.end(self.t, converged, loglik.sum() / n_k.sum())
         records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
         return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
+
+    def _settled(self, t, moved, mean_ll, heard, tol, restart_next):
+        """The stopping rule after round ``t``: whether every client is now calm.
+
+        A client moves while the quantity ``strategy.stop_on`` names changed by ``tol`` or more in the round (its
+        largest parameter change ``moved``, or its mean log-likelihood ``mean_ll``); clients the strategy has set
+        apart (:meth:`~fedmm.algorithms.Strategy.may_keep_moving`) are not waited for while they are few. A pass
+        stops after calm rounds that heard every client (``heard``: those this one did); in its tail, a pass a
+        restart follows (``restart_next``) stops once only the clients that restart still move (``deferred``), and
+        a per-client strategy's calm clients stop one by one.
+        """
+        strategy, n_k = self.strategy, self.n_k
+        K = len(n_k)
+        if strategy.stop_on == "parameter_change":
+            moving = moved >= tol
+        else:
+            moving = np.ones(K, dtype=bool) if self.previous is None else np.abs(mean_ll - self.previous) >= tol
+        self.previous = mean_ll
+        if 0 < 3 * moving.sum() < K:  # only a few move: are they clients the strategy has set apart?
+            apart = strategy.may_keep_moving(strategy.diagnostics(self.server), self.params, n_k)
+            if apart is not None:
+                moving &= ~apart
+        calm_round = not moving.any()
+        tail = t > 1 and moving.sum() <= DEFER * K
+        if not calm_round and restart_next is not None and tail:
+            # Rounds that move only a few clients, all of which the next pass starts afresh, are spent on states it
+            # replaces; the pass resumes if it keeps none of them.
+            fresh = strategy.restarting(strategy.diagnostics(self.server), restart_next)
+            self.deferred = calm_round = fresh is not None and not (moving & ~fresh).any()
+        self.tail = self.tail or (tail and strategy.per_client and self.participation is None)
+        if self.tail:
+            self.calm |= ~moving
+        else:
+            # A round that heard few clients says little about the rest.
+            self.calm = self.calm | heard if calm_round else np.zeros(K, dtype=bool)
+        return self.calm.all()
 
     def _asked(self, t, K, asked=None):
         """The clients round ``t`` asks (None: all): ``asked`` when given, else those ``participation`` picks."""

@@ -132,7 +132,8 @@ def test_fedgrem_on_grouped_clients_beats_local_em_and_finds_the_groups(seed):
 
 
 def test_a_new_client_joins_the_group_whose_centre_fits_it():
-    """personalize: a client unseen at training takes the centre of its own group (the best-fitting one)."""
+    """personalize: a client unseen at training is shrunk towards the centre of its own group (the best-fitting
+    one): its components lie next to that centre's, far from the other groups'."""
     X, truth, groups = make_grouped_gmm(spread=6.0, clients_per_group=5, outlier=False, random_state=0)
     held = np.arange(len(X)) % 5 == 4
     with warnings.catch_warnings():
@@ -143,7 +144,8 @@ def test_a_new_client_joins_the_group_whose_centre_fits_it():
     trained = groups[~held]
     for x, g in zip([x for x, h in zip(X, held) if h], groups[held]):
         group = gm.groups_[trained == g][0]
-        np.testing.assert_array_equal(gm.personalize(x).params_.theta[0], gm.centers_[group])
+        distance = np.linalg.norm(gm.personalize(x).params_.theta[0] - gm.centers_, axis=-1).max(axis=1)
+        assert distance.argmin() == group and distance[group] < 0.1 * np.delete(distance, group).min()
 
 
 def test_mixtures_of_regressions_get_a_centre_per_group():

@@ -21,8 +21,7 @@ from scipy.stats import beta, chi2
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from .central import (CentralResult, GroupedResult, central_update, centre_margin, grouped_central_update,
-                      linear_shrinkage, pooling_share, soft_threshold)
+from .central import CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share, soft_threshold
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..robust import TRIM, client_median, trusted_sizes
@@ -33,8 +32,6 @@ from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrateg
 PENALTIES = ("paper", "sure", "sure-floored", "theory")
 #: The penalties chosen every round by SURE (:func:`fedmm.algorithms.tuning.sure_penalty`).
 SURE_PENALTIES = ("sure", "sure-floored")
-POOLING_SIZES = ("client", "component", "information")
-SHRINKAGES = ("soft", "linear")
 
 
 def _checked_penalty(lam, t):
@@ -271,6 +268,37 @@ class FedGrEMState(NamedTuple):
     grouped: GroupedResult | None = None
 
 
+class Pooled(NamedTuple):
+    """One round's central update (:meth:`FedGrEM._pool`).
+
+    Attributes
+    ----------
+    params : MixtureParams
+        What the clients get: their proportions, ``nu``, and the variances at ``nu`` (pooled where the means are).
+    grouped : GroupedResult
+        The central problem's solution, its groups and centres.
+    sigma : ndarray
+        The noise units the problem was solved in (:func:`noise_scale`).
+    scale_pooled : ndarray of bool
+        Which variances were pooled.
+    own_scale : ndarray
+        Each client's variances at ``nu`` before any pooling.
+    warned : bool
+        Whether the unconverged central problem has been warned of.
+    lam, memory
+        The round's penalty and its memory (:func:`settle_penalty`).
+    """
+
+    params: MixtureParams
+    grouped: GroupedResult
+    sigma: np.ndarray
+    scale_pooled: np.ndarray
+    own_scale: np.ndarray
+    warned: bool
+    lam: float
+    memory: tuple
+
+
 def settle_penalty(chosen, pilot, memory):
     """SURE's choice ``chosen`` made to settle: ``(lambda, memory)``, ``memory`` being ``(the penalties three
     and two rounds back, the settled floor)`` (``(nan, nan, 0)`` before the first round); ``pilot`` is last
@@ -389,12 +417,6 @@ class FedGrEM(GradientStrategy):
     # steps still contract (C_eta < 2 with the safeguarded or preconditioned step).
     ascent = False
 
-    # Experiments of the research record, off in FedGrEM (validation/experimental.py turns them on;
-    # docs/fedgrem.md, "Centre margins" and "Linear shrinkage"): every block scaled by its margin in the
-    # central problem (_with_margins), and empirical Bayes shrinkage in place of the soft threshold.
-    centre_margins = False
-    shrinkage = "soft"
-
     # pooling_sizes="information": clients that all pool meet at pooled EM's fixed point (docs/fedgrem.md,
     # "Information weights in the centre").
     def __init__(self, C_eta=1.0, eta_rule="safeguarded", penalty="sure-floored", penalty_params=None,
@@ -462,17 +484,19 @@ class FedGrEM(GradientStrategy):
 
     def server_step(self, messages, state, t):
         lam = self._pilot(state.lam, state.schedule(t), t)
-        params, grouped, sigma, scale_pooled, own_scale, warned, lam, memory = self._pool(
-            messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t), state.lam_memory,
-            state.w0, None if state.grouped is None else state.grouped.labels, state.pull)
+        pooled = self._pool(messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t),
+                            state.lam_memory, state.w0, None if state.grouped is None else state.grouped.labels,
+                            state.pull)
+        grouped = pooled.grouped
         # With several centres a client far from the largest group's is another group's, and the grouped problem
         # decides where it belongs: reweighted there, a regression client lost its pull on its own group's centre
         # and joined the other group (tests/test_groups.py).
         pull = centre_pull(grouped.central.distance, messages.n[:, None] * messages.weights, messages.theta.shape[-1]) \
             if self.reweighting and len(grouped.centers) == 1 else None
-        return Broadcast(params), state._replace(lam=lam, lam_objective=state.schedule(t), central=grouped.central,
-                                                 sigma=sigma, scale_pooled=scale_pooled, own_scale=own_scale,
-                                                 pull=pull, warned=warned, lam_memory=memory, grouped=grouped)
+        return Broadcast(pooled.params), state._replace(
+            lam=pooled.lam, lam_objective=state.schedule(t), central=grouped.central, sigma=pooled.sigma,
+            scale_pooled=pooled.scale_pooled, own_scale=pooled.own_scale, pull=pull, warned=pooled.warned,
+            lam_memory=pooled.memory, grouped=grouped)
 
     def _pilot(self, last, scheduled, t):
         """The ``lambda`` a round's central update is solved at first: the schedule's, or under SURE's penalties
@@ -481,9 +505,8 @@ class FedGrEM(GradientStrategy):
         return last if self.penalty in SURE_PENALTIES and t > 1 else scheduled
 
     def _pool(self, messages, family, lam, lam_scale, t, warned, scheduled, memory, w0, labels=None, pull=None):
-        """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``:
-        ``(params, grouped, sigma, scale_pooled, own_scale, warned, lam, memory)`` (``own_scale``: each client's
-        variances at ``nu`` before any pooling), each client's block weighing in the centre by its ``pull``
+        """The central update on ``theta_tilde / sigma_r`` (noise units), then the variances at ``nu``: a
+        :class:`Pooled`, each client's block weighing in the centre by its ``pull``
         (:func:`centre_pull`; None: fully), for the clients whose ``messages``
         (and starting weights ``w0``) are given, from last round's groups ``labels`` (None: one group).
 
@@ -508,13 +531,7 @@ class FedGrEM(GradientStrategy):
             lam, memory = settle_penalty(lam, pilot, memory)
             if lam != pilot:
                 grouped = self._central(theta, sizes, lam, grouped.labels, messages.n, solve)
-        central = grouped.central
-        margin = 1.0
-        if self.centre_margins and np.isfinite(lam):
-            central, margin = self._with_margins(central, theta, sizes, weights, lam, solve)
-        if self.shrinkage == "linear" and np.isfinite(lam):
-            # Each block's noise is that of its pass's start, like its step and its weight in the centre.
-            central = linear_shrinkage(central, theta, messages.n[:, None] * w0, solve["metric"], SPREAD_TRIM)
+        central, margin = self._refined(grouped.central, theta, sizes, weights, lam, solve, messages.n[:, None] * w0)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -535,8 +552,8 @@ class FedGrEM(GradientStrategy):
             trust = (trusted_sizes(messages.n) / messages.n)[:, None]
             scale = pool_variances(scale, messages.stats.N * trust * margin, pooling_share(central))
             scale_pooled = central.pooled
-        return (MixtureParams(messages.weights, nu, scale), grouped._replace(central=central), sigma, scale_pooled,
-                own_scale, warned, lam, memory)
+        return Pooled(MixtureParams(messages.weights, nu, scale), grouped._replace(central=central), sigma,
+                      scale_pooled, own_scale, warned, lam, memory)
 
     def _central(self, theta, sizes, lam, labels, n_k, solve):
         """The central problem (:func:`fedmm.algorithms.central.central_update`) with one centre, or with
@@ -551,35 +568,11 @@ class FedGrEM(GradientStrategy):
         return grouped_central_update(theta, sizes, lam, labels, centre_cost=centre_cost(R, p, K * np.median(n_k)),
                                       min_clients=MIN_GROUP, max_groups=limit, **solve)
 
-    def _with_margins(self, central, theta, sizes, weights, lam, solve):
-        """The central problem solved again with every block's size and weight scaled by its margin
-        (:func:`fedmm.algorithms.central.centre_margin`) at the first solution's centres.
-
-        fedmm's, beyond the paper. The central problem (Algorithm 1; App. B.1, eq. (6)) treats
-        ``theta_tilde_kr`` as client ``k``'s estimate of component ``r``; one that has drifted towards
-        another component's centre (a component the client barely has, taken over by the samples of a
-        neighbour: label-skewed clients) is not evidence that the client's component ``r`` differs, and the paper's threshold
-        would let it keep that estimate, which the next E-step reinforces. Scaled by its margin ``m``,
-        such a block counts ``m`` times its weight in the centre and is pooled at ``1 / sqrt(m)`` times
-        its threshold: at ``m = 0`` it counts for nothing and is pooled onto its own component's
-        centre. A far block's pull on the centre, weight times threshold, shrinks as ``sqrt(m)``, so
-        an outlier client's is bounded as before. Continuous in the estimates (a hard switch at
-        ``m = 0`` made blocks on the boundary flip every few rounds: sklearn's digits, 1,000 rounds
-        unconverged). Not applied at ``lambda = inf``, where every block is pooled and the centre is
-        the paper's gradient FedEM average (Sec. 2.3).
-
-        Each block counts by its margin in the pooled variance too (:func:`pool_variances`): counted in
-        full, an adversary pooled onto the honest centres brought its variance into theirs and merged two
-        honest components (``tests/test_adversarial.py``, "shift": error 44.9 against 0.12). Off by
-        default: it costs adaptivity where clients truly differ, and the rounds do not always settle
-        (``docs/fedgrem.md``, "Centre margins").
-        """
-        margin = np.maximum(centre_margin(theta, central.center, solve["metric"]), MARGIN_FLOOR)
-        if (margin == 1.0).all():
-            return central, margin
-        blocks = np.broadcast_to(np.reshape(sizes, (len(theta), -1)), margin.shape)
-        weights = blocks if weights is None else weights
-        return central_update(theta, blocks * margin, lam, **{**solve, "weights": weights * margin}), margin
+    def _refined(self, central, theta, sizes, weights, lam, solve, N):
+        """The central problem's solution as the clients get it, and how much each block counts in the pooled
+        variances (1: in full): the paper's. ``validation/experimental.py`` refines it (centre margins, linear
+        shrinkage: the research record's options, ``docs/research/fedgrem-options.md``)."""
+        return central, 1.0
 
     def _blocks(self, n_k, w0):
         """Each block's size and weight in the central problem (:func:`fedmm.algorithms.central.central_update`):
@@ -612,14 +605,8 @@ class FedGrEM(GradientStrategy):
         return n_k[:, None] * np.maximum(share, 1.0) ** 2, trusted[:, None] * share
 
     def _sizes(self, n_k, w0):
-        """``n_k``, or with ``"component"`` each component's effective size ``n_k w_kr`` (the information in
-        ``theta_tilde_kr``) times ``R``, so that uniform proportions give the paper's ``n_k``, at the pass's
-        starting weights ``w0``. Not at the current weights: a component pooled onto a centre away from its
-        own data loses weight, its threshold ``lambda / sqrt(n_k w_kr R)`` grows and pools it harder, and
-        the component dies (mixtures of regressions at ``h = 2``, ``docs/fedgrem.md``); the gradient step
-        is sized by the start's weights for the same reason (:func:`fedmm.algorithms._base.step_sizes`)."""
-        if self.pooling_sizes == "component":
-            return n_k[:, None] * w0 * w0.shape[1]
+        """The clients' sizes in the central problem's quadratic and thresholds: the paper's ``n_k``
+        (``validation/experimental.py`` has each component's effective size at the pass's start weights ``w0``)."""
         return n_k
 
     def round_info(self, state):
@@ -786,16 +773,6 @@ def centre_cost(R, p, n_total):
     ``R N_kr`` is ``R`` times the component's log-likelihood in noise units)."""
     return R * 0.5 * R * p * np.log(n_total)
 
-
-#: The least margin a block enters the central problem with (:meth:`FedGrEM._with_margins`): relative to its
-#: size, so that a component every client holds on another's centre still has a centre (their plain mean).
-MARGIN_FLOOR = 1e-12
-
-#: The share of the clients left out of the clients' spread (:meth:`FedGrEM._pool` with ``shrinkage="linear"``,
-#: :func:`fedmm.algorithms.central.between_variance`): the theory's bound on the adversaries' share, ``eps < 1/3``
-#: (Theorem A.8). With 20% (``fedmm.robust.TRIM``), the third of three adversaries in ten clients stayed in,
-#: the spread grew, and the honest clients pooled less (``tests/test_adversarial.py``, "shift": 0.41).
-SPREAD_TRIM = 1.0 / 3.0
 
 #: Level of the outlier test per client (:func:`outlier_scores`).
 OUTLIER_LEVEL = 0.01
