@@ -26,13 +26,15 @@ def test_fedgrem_is_the_default_method():
     assert FederatedGaussianMixture().method == FederatedMixtureRegression().method == "fedgrem"
 
 
-def test_a_new_client_is_scored_under_the_centre_and_its_own_proportions(gmm):
+def test_a_new_client_is_scored_under_its_own_components_and_proportions(gmm):
+    """Its components are FedGrEM's for one more client (shrunk towards the centre, ``personalize``)."""
     model, _ = gmm
     X_new, _ = make_federated_gmm(n_clients=1, n_samples=150, random_state=7)
     new = model.personalize(X_new[0])
     assert isinstance(new, ClientMixture) and np.isclose(new.weights_.sum(), 1.0)
-    cov = np.median(model.covariances_, axis=0)  # diagonal variances of the centre
-    density = np.array([multivariate_normal(model.center_[r], np.diag(cov[r])).pdf(X_new[0]) for r in range(5)]).T
+    means, cov = new.params_.theta[0], new.params_.scale[0]     # diagonal variances
+    assert np.abs(means - model.center_).max() < 1.0
+    density = np.array([multivariate_normal(means[r], np.diag(cov[r])).pdf(X_new[0]) for r in range(5)]).T
     np.testing.assert_allclose(new.score_samples(X_new[0]), np.log(density @ new.weights_), rtol=1e-9)
     np.testing.assert_array_equal(new.predict(X_new[0]), (density * new.weights_).argmax(axis=1))
     np.testing.assert_array_equal(model.predict(X_new[0], client=new), new.predict(X_new[0]))
