@@ -278,3 +278,22 @@ def test_the_transport_calls_are_the_protocols():
     from fedmm.protocol import Rounds, Transport, calls
     assert set(calls(Rounds)) < set(TRANSPORT) == set(calls(Transport))
     assert {"start", "step", "loglik", "step_runs", "n_samples", "ledger"} <= set(TRANSPORT)
+
+
+def test_the_architecture_page_lists_the_hooks_attributes_and_transport_calls_the_code_has():
+    """``docs/architecture.md``'s contract in names: each list exactly the code's, in any order."""
+    import re
+    from pathlib import Path
+    from fedmm.algorithms._base import Strategy
+    from fedmm.protocol import Rounds, Transport, calls
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+
+    def listed(label):
+        item = re.search(rf"^- \*\*{label}\*\*(.*?)(?=^- \*\*|^\n)", page, flags=re.M | re.S).group(1)
+        return re.findall(r"`([a-z_]+)`", item.split(":", 1)[1] if "):" in item else item)
+
+    public = {n: v for n, v in vars(Strategy).items() if not n.startswith("_")}
+    assert set(listed("Strategy hooks")) == {n for n, v in public.items() if callable(v)}
+    assert set(listed("Strategy attributes")) == {n for n, v in public.items() if not callable(v)}
+    transport = listed("Transport")
+    assert transport == list(calls(Transport)) and transport[:len(calls(Rounds))] == list(calls(Rounds))
