@@ -49,14 +49,64 @@ def n_uniforms(n_components):
 
 
 def seeding_uniforms(seeds, n_components):
-    """The uniforms each client seeds with: ``RandomState(seed)``'s first ones, one row per seed
-    (one generator reseeded per client: constructing one per client cost 0.14 ms each)."""
-    rng = np.random.RandomState()
-    out = np.empty((len(seeds), n_uniforms(n_components)))
-    for row, seed in zip(out, seeds):
-        rng.seed(seed)
-        row[:] = rng.random_sample(len(row))
+    """The uniforms each client seeds with: ``RandomState(seed)``'s first ones, one row per seed.
+
+    Computed in one compiled call (:func:`_mt19937_uniforms`): numpy's own generator, reseeded per client,
+    cost 7 us a client (1.4 s at 10^5 clients), where constructing one per client had cost 0.14 ms.
+    """
+    seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
+    if seeds.size and (seeds.min() < 0 or seeds.max() > 2 ** 32 - 1):
+        raise ValueError("Seed must be between 0 and 2**32 - 1")
+    return _mt19937_uniforms(seeds.astype(np.uint32), n_uniforms(n_components))
+
+
+# MT19937 (Matsumoto & Nishimura 1998) as numpy's ``RandomState`` runs it: an integer seed fills the state by
+# ``init_genrand`` (numpy's ``mt19937_seed``), and a uniform is ``(a >> 5, b >> 6)`` of two tempered words as
+# 53 bits (``mt19937_next_double``).
+_N, _M = 624, 397
+
+
+@njit(cache=True)
+def _mt19937_uniforms(seeds, count):
+    """``RandomState(seed).random_sample(count)`` for every seed: (len(seeds), count)."""
+    out = np.empty((seeds.shape[0], count))
+    key = np.empty(_N, dtype=np.uint32)
+    for row in range(seeds.shape[0]):
+        key[0] = seeds[row]
+        for i in range(1, _N):
+            key[i] = np.uint32(1812433253) * (key[i - 1] ^ (key[i - 1] >> np.uint32(30))) + np.uint32(i)
+        pos = _N
+        for j in range(count):
+            a, pos = _word(key, pos)
+            b, pos = _word(key, pos)
+            out[row, j] = ((a >> np.uint32(5)) * 67108864.0 + (b >> np.uint32(6))) / 9007199254740992.0
     return out
+
+
+@njit(cache=True)
+def _word(key, pos):
+    """The tempered word at ``pos`` (after a twist where the state is used up), and the next position."""
+    if pos == _N:
+        _twist(key)
+        pos = 0
+    return _temper(key[pos]), pos + 1
+
+
+@njit(cache=True)
+def _twist(key):
+    """The next 624 words of the state, in place (numpy's ``mt19937_gen``)."""
+    for i in range(_N):
+        y = (key[i] & np.uint32(0x80000000)) | (key[(i + 1) % _N] & np.uint32(0x7fffffff))
+        key[i] = key[(i + _M) % _N] ^ (y >> np.uint32(1)) ^ (np.uint32(0x9908b0df) * (y & np.uint32(1)))
+
+
+@njit(cache=True)
+def _temper(y):
+    """MT19937's tempering of a state word."""
+    y ^= y >> np.uint32(11)
+    y ^= (y << np.uint32(7)) & np.uint32(0x9d2c5680)
+    y ^= (y << np.uint32(15)) & np.uint32(0xefc60000)
+    return y ^ (y >> np.uint32(18))
 
 
 def kmeans_labels(X, n_components, uniforms, max_iter=MAX_ITER, sample_weight=None):

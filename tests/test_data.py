@@ -123,6 +123,8 @@ def test_a_subset_of_clients_holds_their_rows_in_the_order_asked(sizes, draw):
     listed = data.select(rows, data.client_ids[index])
     np.testing.assert_array_equal(listed.X, subset.X)
     np.testing.assert_array_equal(listed.offsets, subset.offsets)
+    everyone = data.clients(range(len(sizes)))                    # all, in order: the same arrays, no copy
+    assert everyone.X is data.X and everyone.offsets is data.offsets and everyone.order is None
 
 
 def _copies_byte_by_byte(data):

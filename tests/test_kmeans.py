@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from conftest import COPIES, kernel_copies
 from hypothesis import given, settings, strategies as st
 from sklearn.cluster import KMeans
@@ -66,10 +67,15 @@ def test_lloyd_stops_where_scikit_learn_does():
         np.testing.assert_array_equal(lloyd_labels(X, centers), theirs.labels_)
 
 
-def test_each_clients_uniforms_are_its_own_generators_first_ones():
-    U = seeding_uniforms([7, 0, 7, 2 ** 32 - 1], 5)
-    for row, seed in zip(U, [7, 0, 7, 2 ** 32 - 1]):
+@pytest.mark.parametrize("R", [1, 5, 60])
+def test_each_clients_uniforms_are_its_own_generators_first_ones(R):
+    """The compiled generator is numpy's RandomState(seed), also past its first 624 words (R = 60: 355 uniforms)."""
+    seeds = [7, 0, 7, 2 ** 32 - 1, 2 ** 31] + list(np.random.RandomState(R).randint(2 ** 31 - 1, size=20))
+    U = seeding_uniforms(seeds, R)
+    for row, seed in zip(U, seeds):
         np.testing.assert_array_equal(row, np.random.RandomState(seed).random_sample(U.shape[1]))
+    with pytest.raises(ValueError, match="Seed must be between"):
+        seeding_uniforms([2 ** 32], R)
 
 
 @settings(max_examples=30, deadline=None)
