@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.methods import FedGrEM
+from fedmm.methods import FedGrEM, SparseFedGrEM
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-HOLDERS = (FederatedGaussianMixture, FederatedMixtureRegression, FedGrEM)   # what the tables describe
+HOLDERS = (FederatedGaussianMixture, FederatedMixtureRegression, FedGrEM, SparseFedGrEM)   # what the tables describe
 ROW = re.compile(r"^\| ([^|]*`\w+`[^|]*) \| ([^|]+) \|", re.M)
 
 

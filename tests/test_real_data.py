@@ -27,7 +27,7 @@ def _fit(method, X, y, groups, expected=(), **options):
     return mr
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", [m for m in sorted(METHODS) if "mor" in METHODS[m].models])
 def test_standardized_diabetes_on_ten_random_clients_does_not_diverge(method):
     """Before: coefficients of 1e57 for fedgrem, 1e42-1e115 for the gradient methods. A coefficient of a
     standardized feature in a mixture of two lines is bounded by the response's range over the
@@ -40,7 +40,7 @@ def test_standardized_diabetes_on_ten_random_clients_does_not_diverge(method):
     assert np.all(mr.noise_variance_ < y.var())
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", [m for m in sorted(METHODS) if "mor" in METHODS[m].models])
 def test_iris_petal_width_on_petal_length_finds_three_lines(method):
     """The three species give three lines; before, fixed unit noise collapsed them and gradient methods
     diverged. Petal widths lie in [0.1, 2.5], so slopes are below 2.5 / 0.1 per cm of length."""

@@ -32,7 +32,9 @@ def _error(means, mu, honest):
                for m in means[:honest])
 
 
-def _fit(X, method="sparse-fedgrem", **kwargs):
+def _fit(X, method=None, **kwargs):
+    """sparse-fedgrem with the means sparse about 0 (the designs' model) unless ``method`` says otherwise."""
+    method = SparseFedGrEM(sparse_about="origin") if method is None else method
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return FederatedGaussianMixture(2, method=method, random_state=0, **kwargs).fit(X)
@@ -81,8 +83,8 @@ def test_equivariant_to_shifting_and_rescaling_features():
     """covariance_type="diag" fits in standard units, and sparsity is about the mixture mean there."""
     X, _ = _design(d=30, outlier=False, K=4)
     scale, shift = np.linspace(0.5, 20.0, 30), np.linspace(-100.0, 100.0, 30)
-    a = _fit(X)
-    b = _fit([x * scale + shift for x in X])
+    a = _fit(X, method="sparse-fedgrem")                # the default: contrasts from the mixture mean
+    b = _fit([x * scale + shift for x in X], method="sparse-fedgrem")
     np.testing.assert_allclose(b.means_, a.means_ * scale + shift, rtol=1e-6, atol=1e-6 * np.abs(shift).max())
     np.testing.assert_array_equal(a.support_, b.support_)
     assert a.support_[:3].all() and a.support_.sum() <= 4
@@ -124,8 +126,8 @@ def test_fits_on_flower_as_in_one_process():
     apps = [flower.client_app(lambda ctx, k=k: (X[k], None)) for k in range(len(X))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        remote = flower.fit(FederatedGaussianMixture(2, method="sparse-fedgrem", covariance_type="identity",
-                                                     random_state=0), LocalGrid(apps))
+        remote = flower.fit(FederatedGaussianMixture(2, method=SparseFedGrEM(sparse_about="origin"),
+                                                     covariance_type="identity", random_state=0), LocalGrid(apps))
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
     np.testing.assert_array_equal(remote.support_, ref.support_)
 
@@ -136,6 +138,7 @@ def test_robust_to_the_outlier_client_where_plain_averaging_is_not():
     3.6, 3.0, 15.2 on seeds 0 to 2, every feature kept); FedGrEM's robust central update keeps it out."""
     X, mu = _design()
     robust = _fit(X, covariance_type="identity")
-    averaged = _fit(X, method=SparseFedGrEM(penalty=np.inf, reweighting=False), covariance_type="identity")
+    averaged = _fit(X, method=SparseFedGrEM(penalty=np.inf, reweighting=False, sparse_about="origin"),
+                    covariance_type="identity")
     assert _error(robust.means_, mu, 5) < 0.35 < 2.0 < _error(averaged.means_, mu, 5)
     assert averaged.support_.sum() > 30 and robust.support_.sum() <= 5

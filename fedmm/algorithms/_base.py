@@ -111,6 +111,9 @@ class Strategy(BaseEstimator, ABC):
         Whether the method promises to keep the honest clients' estimates when some parties are
         malicious (FedGrEM: fewer than a third, ``docs/threat-model.md``). Across parties, a method
         without the promise warns (:func:`fedmm.flower.fit`).
+    models : tuple of str
+        The models the method fits: ``"gmm"`` (Gaussian mixtures) and ``"mor"`` (mixtures of regressions);
+        a fit of another refuses with a ``ValueError`` (``"sparse-fedgrem"``: Gaussian mixtures only, for now).
     """
 
     #: What each constructor argument may be (:mod:`fedmm._params`).
@@ -126,6 +129,7 @@ class Strategy(BaseEstimator, ABC):
     client_server = True
     name = None
     robust = False
+    models = ("gmm", "mor")
 
     def validate(self):
         """Check every option against its declared constraint; ``self``."""

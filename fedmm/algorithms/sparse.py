@@ -127,16 +127,16 @@ class SparseFedGrEM(FedGrEM):
     leave the centre the average of ten biased, ten times noisier truncations; here the noise level of each
     threshold is that of the average it acts on.
 
-    What is sparse (``sparse_about``). Under ``covariance_type="identity"`` (no units map: unit variance is the
-    model, ``docs/units.md``) the means themselves, about the data's zero: the model of Wang et al. (2015),
-    ``x = z beta + noise`` with ``beta`` sparse, and of issue 64's design. Under the other covariance types,
-    which fedmm fits in standard units (each feature shifted by its pooled mean and scaled by its pooled
-    standard deviation), the components' contrasts from their mixture mean ``m = sum_r N_r c_r / sum_r N_r``:
-    the components differ from the overall mean on few features, an assumption that rescaling or shifting
-    features does not change, so the fit stays equivariant. ``m`` itself is dense (it is not thresholded: an
-    outlier client that moved the pooled moments shifts every feature a little, a dense signal), and its
-    error, about ``sqrt(d / n)`` for ``n`` honest rows in all, is part of the means' error
-    (``docs/research/sparse.md``).
+    What is sparse (``sparse_about``). By default the components' contrasts from their mixture mean
+    ``m = sum_r N_r c_r / sum_r N_r``: the components differ from the overall mean on few features, an
+    assumption that rescaling or shifting features does not change, so the fit stays equivariant (fedmm fits
+    in standard units, ``docs/units.md``). ``m`` itself is dense (not thresholded: an outlier client that
+    moved the pooled moments shifts every feature a little, a dense signal), and its error, about
+    ``sqrt(d / n)`` for ``n`` honest rows in all, is part of the means' error. ``sparse_about="origin"``:
+    the means themselves are sparse about the origin of the fitting units, under ``covariance_type=
+    "identity"`` (no units map: unit variance is the model) the data's zero: the model of Wang et al. (2015),
+    ``x = z beta + noise`` with ``beta`` sparse, and of issue 64's design; there the dense mean's error is
+    gone (``docs/research/sparse.md``).
 
     Parameters
     ----------
@@ -146,9 +146,10 @@ class SparseFedGrEM(FedGrEM):
         "firm": firm thresholding (Gao & Bruce 1997; the MCP's rule, Zhang 2010), no bias on a coordinate
         above ``2 tau`` (:func:`firm_threshold`); "soft": the l1 proximal map, which shrinks every kept
         coordinate by ``tau``.
-    sparse_about : {"auto", "origin", "mean"}, default="auto"
-        What is sparse: "origin", the means about the origin of the fitting units; "mean", their contrasts
-        from the centre's mixture mean; "auto", "origin" for ``covariance_type="identity"``, else "mean".
+    sparse_about : {"mean", "origin"}, default="mean"
+        What is sparse: "mean", the components' contrasts from the centre's mixture mean (equivariant to
+        shifting and rescaling features); "origin", the means about the origin of the fitting units, the
+        data's zero under ``covariance_type="identity"`` (not equivariant to shifts: the model says where 0 is).
     C_eta, eta_rule, penalty, penalty_params, center_restarts, pooling_sizes, pool_variances, central_tol,
     central_max_iter, n_centers, reweighting, participation, dropout
         FedGrEM's (:class:`~fedmm.algorithms.fedgrem.FedGrEM`). Variances are FedGrEM's, at the central
@@ -160,12 +161,13 @@ class SparseFedGrEM(FedGrEM):
     """
 
     name = "sparse-fedgrem"
+    models = ("gmm",)
     _parameter_constraints = {**FedGrEM._parameter_constraints,
                               "threshold_scale": P.real(0.0, np.inf, low_open=True, high_open=True),
                               "thresholding": P.one_of(*THRESHOLDINGS),
-                              "sparse_about": P.one_of("auto", "origin", "mean")}
+                              "sparse_about": P.one_of("mean", "origin")}
 
-    def __init__(self, threshold_scale=1.0, thresholding="firm", sparse_about="auto", C_eta=1.0, eta_rule="safeguarded",
+    def __init__(self, threshold_scale=1.0, thresholding="firm", sparse_about="mean", C_eta=1.0, eta_rule="safeguarded",
                  penalty="sure-floored", penalty_params=None, center_restarts=1, pooling_sizes="information",
                  pool_variances=True, central_tol=1e-10, central_max_iter=1000, n_centers="auto", reweighting=True,
                  participation=1.0, dropout=0.0):
@@ -195,9 +197,7 @@ class SparseFedGrEM(FedGrEM):
         return Broadcast(params._replace(theta=theta)), SparseState(inner, center, centers)
 
     def _about(self, family):
-        if self.sparse_about != "auto":
-            return self.sparse_about
-        return "origin" if family.covariance_type == "identity" else "mean"
+        return self.sparse_about
 
     def round_info(self, state):
         info = super().round_info(state.inner)
