@@ -26,7 +26,8 @@ import numpy as np
 
 from ._assumptions import AssumptionCheck, Condition
 
-__all__ = ["TERMS", "Bound", "bound", "sparse_rate", "sparse_bound", "theorem_a8", "localized_radius", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
+__all__ = ["TERMS", "Bound", "bound", "sparse_rate", "sparse_bound",
+           "theorem_a8", "localized_radius", "local_rate", "federation_helps", "rates_a11", "kappa0", "theory_C_eta",
            "theory_penalty_params", "check_conditions"]
 
 TERMS = ("iterative", "aggregation", "mixing", "heterogeneity", "outliers")

@@ -16,15 +16,17 @@ labellings per client). Methods, all with ``covariance_type="identity"`` (the mo
 - ``oracle``: EM (fedmm's pooled EM, ``n_init=5``) on the honest clients' pooled rows restricted to the true
   support, zero elsewhere.
 
-The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``center_`` (from the spectral start,
-:func:`spectral_start`, so that the estimator's rate is measured, not its start's), against ``d`` at ``n = 100`` and against ``n`` at ``d = 500``; the slopes of ``log error`` against ``log log d`` and ``log(1 / n)``
-(least squares) beside the theory's 0.5 and 0.5 (:func:`fedmm.theory.sparse_rate`, error ``sqrt(s log d /
-n)``). The speed study (``--speed``): ``K = 100`` clients of 100 rows, timed per ``d``, with the time of the
-pooled moments (``fedmm.units.pooled_moments``) apart.
+The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``center_`` (from the spectral
+start, :func:`spectral_start`, so that the estimator's rate is measured, not its start's), against ``d`` at
+``n = 100`` and against ``n`` at ``d = 500``; the slopes of ``log error`` against ``log log d`` and
+``log(1 / n)`` (least squares) beside the theory's 0.5 and 0.5 (:func:`fedmm.theory.sparse_rate`, error
+``sqrt(s log d / n)``). The speed study (``--speed``): ``K = 100`` clients of 100 rows, timed per ``d``, with
+the time of the pooled moments (``fedmm.units.pooled_moments``) apart; ``--round``: one round's cost.
 
 Targets (issue 64): sparse-fedgrem within 2x the oracle's error at every ``d``, and at most a quarter of dense
-FedGrEM's at the issue's ``d = 500`` and above (reported below it, where dense FedGrEM finds the clusters); the slopes within 20% of the theory's (reported, not checked: see docs/research/sparse.md). The script
-exits 1 when an error target is missed.
+FedGrEM's at the issue's ``d = 500`` and above (reported below it, where dense FedGrEM finds the clusters);
+the slopes within 20% of the theory's (reported, not checked: see docs/research/sparse.md). The script exits
+1 when an error target is missed.
 
     python validation/sparse.py [--quick] [--seeds N] [--d 100,500] [--rate] [--speed 500,1000] [--round 5000]
                                 [--figure PATH]
@@ -126,7 +128,8 @@ def one_setting(d, seed):
     best = oracle(honest, d, seed)
     support = sparse.support_
     return {"sparse-fedgrem": worst_error(sparse.means_[:K], means),
-            "sparse, spectral start": worst_error(screened.means_[:K], means), "fedgrem": worst_error(dense.means_[:K], means),
+            "sparse, spectral start": worst_error(screened.means_[:K], means),
+            "fedgrem": worst_error(dense.means_[:K], means),
             "local sparse": worst_error(local_sparse, means), "local em": worst_error(local, means),
             "oracle": worst_error(np.broadcast_to(best, means.shape), means),
             "TP": int(support[:S].sum()), "FP": int(support[S:].sum()),

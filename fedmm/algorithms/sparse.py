@@ -182,7 +182,6 @@ class SparseFedGrEM(FedGrEM):
             raise ValueError("method='sparse-fedgrem' fits Gaussian mixtures only for now (FederatedGaussianMixture); "
                              "sparse mixtures of regressions are not supported yet.")
         broadcast, inner = super().server_start(family, start, n_k)
-        self.sparse_about_ = self._about(family)   # what fitted_attributes' support_ is relative to
         return broadcast, SparseState(inner)
 
     def server_step(self, messages, state, t):
@@ -191,17 +190,14 @@ class SparseFedGrEM(FedGrEM):
         params = broadcast.params
         trust = (trusted_sizes(messages.n) / messages.n)[:, None]
         theta, center = sparsify(params.theta, c.center, c.labels, c.pooled, messages.stats.N * trust, inner.sigma,
-                                 self.threshold_scale, self.thresholding, self._about(inner.family))
+                                 self.threshold_scale, self.thresholding, self.sparse_about)
         centers = np.stack([center[c.labels == g][0] if (c.labels == g).any() else c.centers[g]
                             for g in range(len(c.centers))])
         return Broadcast(params._replace(theta=theta)), SparseState(inner, center, centers)
 
-    def _about(self, family):
-        return self.sparse_about
-
     def round_info(self, state):
         info = super().round_info(state.inner)
-        info["support_size"] = int(self._support(state.centers[0], self._about(state.inner.family)).sum())
+        info["support_size"] = int(self._support(state.centers[0], self.sparse_about).sum())
         return info
 
     def diagnostics(self, state):
@@ -210,7 +206,7 @@ class SparseFedGrEM(FedGrEM):
 
     def fitted_attributes(self, result, client_ids, n_k):
         attributes = super().fitted_attributes(result, client_ids, n_k)
-        attributes["support_"] = self._support(result.diagnostics.centers[0], self.sparse_about_)
+        attributes["support_"] = self._support(result.diagnostics.centers[0], self.sparse_about)
         return attributes
 
     @staticmethod
