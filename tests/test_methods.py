@@ -41,10 +41,11 @@ def test_the_lists_that_read_the_registry_do_not_drift(capsys):
     """The docs' method table and option table, the estimators' docstrings, the command line's help and
     the studies all name exactly the registered methods."""
     text = (ROOT / "docs" / "methods.md").read_text()
-    first = re.findall(r'^\| `"([a-z-]+)"` \| [^`]', text, flags=re.M)
-    assert first[:len(fm.METHODS)] == list(fm.METHODS)                       # what each computes and sends
-    assert re.findall(r'^\| `"([a-z-]+)"` \| `(\w+)` \|', text, flags=re.M) == \
-        [(name, cls.__name__) for name, cls in fm.METHODS.items()]            # each class and its options
+    choice, classes = text.split("## Which method?")[1].split("\n## ")[0], text.split("| method | class |")[1]
+    names = lambda table: set(re.findall(r'`"([a-z-]+)"`', "\n".join(line for line in table.splitlines()  # noqa: E731
+                                                                      if line.startswith("|"))))
+    assert names(choice) == set(fm.METHODS)                                  # which method for which federation
+    assert names(classes) == set(fm.METHODS)                                 # each class and its options
     for estimator in (FederatedGaussianMixture, FederatedMixtureRegression):
         assert all(f'"{name}"' in estimator.__doc__ for name in fm.METHODS)
     with pytest.raises(SystemExit):
