@@ -28,6 +28,8 @@ CONTINUES = re.compile(r"\A(?:#.*\n)*# continues the blocks? above", re.M)
 NEEDS = re.compile(r"\A(?:#.*\n)*#[^\n]*needs[^\n]*fedmm\[([\w,]+)\]", re.M)
 EXTRAS = {"privacy": "dp_accounting", "flower": "flwr", "plot": "matplotlib", "gpu": "cupy",
           "dask": "distributed", "ray": "ray", "pfl": "pfl"}
+USES = {"flower": r"\bfedmm\.flower\b|\bflwr\b", "privacy": r"\bfedmm\.privacy\b",
+        "plot": r"\bmatplotlib\b|\bplot_study\b", "gpu": r"\bcupy\b"}   # what shows a block needs an extra
 TIMEOUT = 240
 
 
@@ -92,6 +94,14 @@ def test_the_markers_are_read():
     assert CONTINUES.match("# continues the blocks above; needs the flower extra\n")
     assert not CONTINUES.match("x = 1\n# continues the block above\n")
     assert NEEDS.match('# needs: pip install "fedmm[privacy,flower]"\nx = 1\n').group(1) == "privacy,flower"
+
+
+@pytest.mark.parametrize("page, index, program, extras, first", CASES, ids=[f"{c[0].name}[{c[1]}]" for c in CASES])
+def test_a_block_names_the_extras_it_needs(page, index, program, extras, first):
+    code = "\n".join(line for line in program.splitlines() if not line.lstrip().startswith("#"))
+    needed = {extra for extra, pattern in USES.items() if re.search(pattern, code)}
+    assert needed <= set(extras), (f"{page.name}, block {index} uses the extra(s) {sorted(needed - set(extras))}: "
+                                   f'its first lines should say so, e.g. # needs: pip install "fedmm[{",".join(sorted(needed))}]"')
 
 
 @pytest.mark.parametrize("page, index, program, extras, first", CASES, ids=[f"{c[0].name}[{c[1]}]" for c in CASES])
