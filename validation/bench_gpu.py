@@ -43,17 +43,11 @@ from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.kernels import gpu_available
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_kernels import best_of  # noqa: E402  (one timer for the benchmarks)
+
 #: PyCave's published seconds per iteration, GPU (full batch) and scikit-learn, diagonal covariances.
 PYCAVE = {(10 ** 6, 64, 64): (7.7 / 100, None), (10 ** 5, 32, 16): (0.509 / 100, 18.8 / 100)}
-
-
-def best_of(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def per_iteration(fit, few, many, repeats):
