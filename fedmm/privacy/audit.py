@@ -36,8 +36,8 @@ import numpy as np
 from scipy import optimize, stats
 from sklearn.base import clone
 
-__all__ = ["AuditResult", "gdp_epsilon", "claimed_mu", "audit_releases", "release_vector", "audit_estimator",
-           "canary_clients", "canary_rows"]
+__all__ = ["AuditResult", "gdp_epsilon", "claimed_mu", "audit_releases", "release_vector", "release_along",
+           "audit_estimator", "canary_clients", "canary_rows"]
 
 #: The one-sided confidence of the audit's bounds.
 CONFIDENCE = 0.95
@@ -187,11 +187,26 @@ def release_vector(estimator):
     """A fitted private estimator's releases (:attr:`releases_`) as one vector: every round's proportions,
     components and variances (log-variances where they are all positive), each round's components in the
     order of their first coordinate (so that a fit that labels them otherwise reads the same)."""
+    return _releases(estimator)
+
+
+def release_along(direction):
+    """A statistic (for :func:`audit_estimator`) of few coordinates: :func:`release_vector` with the components
+    along ``direction`` (p,) only, ordered by that coordinate. A canary that moves the components along one
+    direction (:func:`canary_rows`) shows there whole, without the other coordinates' noise in the test's
+    direction (post-processing: a lower bound still)."""
+    direction = np.asarray(direction, dtype=float)[:, None]
+    return lambda estimator: _releases(estimator, direction)
+
+
+def _releases(estimator, direction=None):
+    """Every round's proportions, components (along ``direction`` (p, 1) where given) and (log-)variances."""
     parts = []
     for release in estimator.releases_:
-        order = np.argsort(release.theta[0, :, 0], kind="stable")
+        theta = release.theta[0] if direction is None else release.theta[0] @ direction
+        order = np.argsort(theta[:, 0], kind="stable")
         scale = release.scale[0, order]
-        parts += [release.weights[0, order], release.theta[0, order].ravel(),
+        parts += [release.weights[0, order], theta[order].ravel(),
                   (np.log(scale) if np.all(scale > 0) else scale).ravel()]
     return np.concatenate(parts)
 
@@ -229,17 +244,24 @@ def canary_clients(n_clients=10, n_samples=120, spread=4.0, far=5.0, random_stat
     return others + [canary + far], others + [canary - far]
 
 
-def canary_rows(n_clients=2, n_samples=200, centres=(-4.0, 4.0), spread=2.0, far=70.0, random_state=None):
+def canary_rows(n_clients=2, n_samples=3000, n_features=20, offset=0.5, spread=2.0, edge=7.0, random_state=None):
     """Two neighbouring federations that differ in one row (the worst case for privacy of each row): clients of
-    one feature whose rows come from two components at ``centres`` with standard deviation ``spread``, and a
-    canary row of the first client at ``+far`` (in the second component, its deviation clipped at the rows'
-    radius) in one federation and at ``-far`` (in the first) in the other, so that its sums land in different
-    components. Fit with two components started at ``centres`` (``means_init``) and ``bounds=(-7, 7)``: the row
-    lies far outside the box, which a row may (its deviation is clipped whatever it is), and the components'
-    spread keeps their variances above the release's floor, so that every field of the sums carries the canary.
+    ``n_features`` features whose rows come from two components at ``-offset`` and ``+offset`` times the vector of
+    ones, with standard deviation ``spread``, and a canary row of the first client at the corner ``+edge`` of the
+    box (in the second component) in one federation and at ``-edge`` (in the first) in the other, so that its
+    sums land in different components: ``sqrt(2)`` of :func:`~fedmm.privacy.row_sensitivity` in the scaled sums.
+
+    Fit with two spherical components started at the centres (``means_init``), ``bounds=(-edge, edge)`` and
+    the statistic :func:`release_along` the vector of ones. The row lies inside the box (every client clips its
+    rows into it first), yet its whitened deviation reaches the rows' radius from the first round on (many
+    features: the corner lies ``sqrt(3 n_features)`` of the start's standard deviations from the centre, above
+    the radius ``sqrt(chi2_0.999(n_features))`` from 10 features on); many rows keep the variances' noise, and so
+    the release's floor, well below the components' spread, so that every field of the sums carries the canary.
     Returns ``(federation_a, federation_b)``."""
     rng = np.random.RandomState(random_state)
-    clients = [np.concatenate([rng.normal(c, spread, (n_samples // 2, 1)) for c in centres]) for _ in range(n_clients)]
+    half = n_samples // 2
+    clients = [np.concatenate([rng.normal(c, spread, (half, n_features)) for c in (-offset, offset)])
+               for _ in range(n_clients)]
     a, b = [c.copy() for c in clients], [c.copy() for c in clients]
-    a[0][0], b[0][0] = far, -far
+    a[0][0], b[0][0] = edge, -edge
     return a, b
