@@ -9,7 +9,7 @@ from scipy import stats
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
-import fedmm.privacy as privacy  # noqa: E402
+import fedmm.privacy.accounting as accounting  # noqa: E402
 from fedmm import FederatedGaussianMixture  # noqa: E402
 from fedmm.privacy import DifferentialPrivacy, noise_multiplier  # noqa: E402
 from fedmm.privacy.audit import (audit_estimator, audit_releases, canary_clients, claimed_mu,  # noqa: E402
@@ -63,8 +63,8 @@ def test_the_client_level_release_passes_the_canary_audit_and_the_calibration_be
     2.9, which the audit must flag (its standard error at 100 runs is about 0.2)."""
     result = _canary_audit(100)
     assert result.passed and result.mu > 0.5 * result.mu_claimed
-    release_sd = privacy.release_sd
-    monkeypatch.setattr(privacy, "release_sd", lambda sigma, share, noise: release_sd(sigma, share, noise) / 2)
+    release_sd = accounting.release_sd
+    monkeypatch.setattr(accounting, "release_sd", lambda sigma, share, noise: release_sd(sigma, share, noise) / 2)
     before = _canary_audit(100)
     assert not before.passed and before.ratio > 1.3
 

@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-import fedmm.privacy as privacy
+import fedmm.privacy.accounting as accounting
 from fedmm import FederatedGaussianMixture
 from fedmm.privacy import DifferentialPrivacy
 from fedmm.privacy.audit import audit_estimator, canary_clients, canary_rows, release_along, release_vector
@@ -63,14 +63,14 @@ def before_issue_58():
     """fedmm's calibration before issue 58: client-level central noise ``sigma clip max_k s_k`` (one client
     added or removed with the denominator fixed, which it was not), row-level noise for one row added or removed
     (sensitivity 1)."""
-    release_sd, row_sensitivity = privacy.release_sd, privacy.row_sensitivity
-    privacy.release_sd = lambda sigma, share, noise: release_sd(sigma, share, noise) / (2.0 if noise == "central"
-                                                                                          else 1.0)
-    privacy.row_sensitivity = lambda family: 1.0
+    release_sd, row_sensitivity = accounting.release_sd, accounting.row_sensitivity
+    accounting.release_sd = lambda sigma, share, noise: release_sd(sigma, share, noise) / (2.0 if noise == "central"
+                                                                                            else 1.0)
+    accounting.row_sensitivity = lambda family: 1.0
     try:
         yield
     finally:
-        privacy.release_sd, privacy.row_sensitivity = release_sd, row_sensitivity
+        accounting.release_sd, accounting.row_sensitivity = release_sd, row_sensitivity
 
 
 def mechanisms(quick):
