@@ -8,7 +8,8 @@ line, the studies and the docs' method table read it.
 
 A method of one's own is a subclass of :class:`Method` (``docs/extending.md``), with its options'
 :mod:`constraints` and the local updates of the methods here (:func:`em_update`, :func:`grem_update`,
-:func:`step_sizes`) at hand: the estimators fit it without any registration.
+:func:`step_sizes`) at hand: the estimators fit it without any registration. It runs under differential privacy
+where its :meth:`Method.private` declares a :class:`PrivateForm` (``docs/extending.md``).
 """
 
 from sklearn.base import clone
@@ -17,9 +18,10 @@ from . import _params as constraints
 from .algorithms import (TGMM, DFedEM, DFedGrEM, DynamicGraph, FedEM, FedeRiCo, FedGrEM, GradientStrategy, LocalEM,
                          LocalGrEM, PooledEM, PooledGrEM, SparseFedGrEM)
 from .algorithms import Strategy as Method
-from .algorithms._base import em_update, grem_update, step_sizes
+from .algorithms._base import PrivateForm, em_update, grem_update, shares_mean, step_sizes
 
-__all__ = ["METHODS", "Method", "GradientStrategy", "constraints", "em_update", "grem_update", "step_sizes",
+__all__ = ["METHODS", "Method", "GradientStrategy", "PrivateForm", "constraints", "em_update", "grem_update",
+           "shares_mean", "step_sizes",
            "make_method", "gather_options", "FedGrEM", "FedEM", "DFedEM", "DFedGrEM",
            "FedeRiCo", "DynamicGraph", "TGMM", "LocalEM", "LocalGrEM", "PooledEM", "PooledGrEM",
            "SparseFedGrEM"]

@@ -2,14 +2,21 @@
 
 Median FedEM: every client takes FedEM's closed-form M-step, and the server shares the coordinate-wise
 median of the clients' component parameters and variances instead of their average, so that one client
-cannot move the shared components by itself (FedEM's average follows it anywhere).
+cannot move the shared components by itself (FedEM's average follows it anywhere). It opts into differential
+privacy (``fedmm.privacy``) with its private form: under local noise its server takes the median of the clients'
+noisy updates.
 """
 
 import numpy as np
 
 from fedmm.families import MixtureParams
-from fedmm.methods import Method, constraints, em_update
+from fedmm.methods import Method, PrivateForm, constraints, em_update
 from fedmm.protocol import Broadcast
+
+
+def median_centre(updates, share, clip):
+    """The coordinate-wise median of the clients' noisy updates (K, m): the server's point under local noise."""
+    return np.median(updates, axis=0)
 
 
 class MedianEM(Method):
@@ -50,3 +57,6 @@ class MedianEM(Method):
 
     def center(self, diagnostics):
         return diagnostics
+
+    def private(self, unit):                # runs under privacy=DifferentialPrivacy(...) at either unit
+        return PrivateForm(centre=median_centre)

@@ -136,6 +136,38 @@ def test_a_method_from_outside_fits_in_one_process_and_resists_what_fedem_does_n
         FederatedGaussianMixture(3, method=MedianEM(trim=0.7)).fit(X)
 
 
+@pytest.mark.parametrize("noise, unit", [("central", "client"), ("local", "client"), ("central", "sample")])
+def test_a_method_from_outside_opts_into_privacy_with_its_private_form(noise, unit):
+    """tests/median_em.py declares its private form, with no edit to fedmm: it fits privately at either level.
+    The release is fedmm's, whatever the method: under central noise (and for each row) the clipped average
+    (the noisy sums) about its clients' step, FedEM's M-step, so that its private fit is FedEM's bit for bit;
+    under local noise its server takes the median of the noisy updates, its own."""
+    pytest.importorskip("dp_accounting")
+    from fedmm.privacy import DifferentialPrivacy
+    X, _ = _data(K=6)
+    dp = DifferentialPrivacy(8.0, bounds=(-4.0, 10.0), rounds=9, noise=noise, unit=unit)
+    fits = {name: FederatedGaussianMixture(3, method=method, random_state=0, privacy=dp).fit(X)
+            for name, method in (("median", MedianEM()), ("fedem", "fedem"))}
+    median = fits["median"]
+    assert median.n_iter_ == len(median.releases_) == 9 and median.privacy_spent_[0] <= 8.0
+    assert np.all(np.isfinite(median.means_)) and isinstance(median.method_, MedianEM)
+    same = np.array_equal(median.means_, fits["fedem"].means_)
+    assert same == (noise == "central")
+
+
+def test_a_method_without_a_private_form_is_refused_by_name():
+    """A subclass inherits no private form (its rounds may differ): privacy= names it and the methods that run
+    privately."""
+    pytest.importorskip("dp_accounting")
+    from fedmm.privacy import DifferentialPrivacy
+
+    class Subclass(MedianEM):
+        pass
+    X, _ = _data(K=4)
+    with pytest.raises(ValueError, match="runs method='fedem' or 'fedgrem' .*got method='median-em'"):
+        FederatedGaussianMixture(3, method=Subclass(), privacy=DifferentialPrivacy(bounds=(-4.0, 10.0))).fit(X)
+
+
 def test_a_method_from_outside_fits_on_flower_as_in_one_process():
     flower = pytest.importorskip("fedmm.flower")
     from fedmm.flower.testing import LocalGrid

@@ -509,9 +509,8 @@ def test_without_privacy_no_private_code_runs(method, monkeypatch):
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a fit without privacy ran private code")
-    for name in ("PrivateAverage", "PrivateClients", "PrivateSums", "noise_multiplier", "epsilon_spent",
-                 "centre_start", "split_component", "stage_rounds", "released_proportions", "calibrated_rounds",
-                 "update_size"):
+    for name in ("private_server", "PrivateClients", "run_stages", "noise_multiplier", "epsilon_spent",
+                 "centre_start", "stage_rounds", "calibrated_rounds", "update_size"):
         monkeypatch.setattr(base, name, forbidden)
     model = FederatedGaussianMixture(3, method=method, random_state=0, privacy=None).fit(X)
     np.testing.assert_array_equal(model.means_, plain.means_)

@@ -8,6 +8,7 @@ compute from their statistics and what its server does with the messages.
 """
 
 from abc import ABC, abstractmethod
+from typing import Callable, NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -17,7 +18,8 @@ from ..families import MixtureParams
 from ..protocol import Broadcast, ClientMessage, ClientState, n_floats
 from ..robust import first_best
 
-__all__ = ["Strategy", "GradientStrategy", "em_update", "grem_update", "step_sizes", "ETA_RULES"]
+__all__ = ["Strategy", "GradientStrategy", "PrivateForm", "shares_mean", "em_update", "grem_update", "step_sizes",
+           "ETA_RULES"]
 
 
 def em_update(family, stats, n_k):
@@ -67,6 +69,43 @@ def step_sizes(w0, stats, n_k, C_eta, rule):
     if rule == "current":
         return C_eta / np.maximum(stats.N / n_k[:, None], 1.0 / n_k[:, None])
     return C_eta / np.maximum(w0, stats.N / n_k[:, None])
+
+
+def shares_mean(updates, share, clip):
+    """The clients' updates (K, m) averaged with their shares ``share`` (K,): FedEM's server under local noise
+    (:class:`PrivateForm`; ``clip`` unused)."""
+    return share @ updates
+
+
+class PrivateForm(NamedTuple):
+    """How a method takes part in a differentially private fit at one level (:meth:`Strategy.private`), which
+    :mod:`fedmm.privacy` runs.
+
+    The release is the same for every method: at the level of clients the noisy average of the clients' clipped
+    updates from the released components (:func:`fedmm.privacy.encode`), at the level of samples the M-step of
+    the noisy total of their whitened sums. A method declares what its server and clients do around it.
+
+    Attributes
+    ----------
+    centre : callable, default=shares_mean
+        ``centre(updates, share, clip) -> (m,)``: the server's point from the clients' noisy updates (K, m) under
+        local noise at the level of clients, with their shares (K,) and the clip: their shares' average (FedEM),
+        the centre of FedGrEM's central problem (:func:`fedmm.algorithms.central.robust_centre`). Each update is
+        private already, so any function of them is (post-processing).
+    personal : bool, default=False
+        Whether each client takes its own components about the release (FedGrEM's shrinkage step,
+        :func:`fedmm.privacy.personal_components`) rather than the release's.
+    pooled : bool, default=False
+        Whether the clients take the released proportions (pooled EM) rather than their own.
+    options : dict, default={}
+        The method's options a private fit sets (FedGrEM's clients take their whole M-step:
+        ``{"eta_rule": "current"}``); every other option stays at its default.
+    """
+
+    centre: Callable = shares_mean
+    personal: bool = False
+    pooled: bool = False
+    options: dict = {}
 
 
 class Strategy(BaseEstimator, ABC):
@@ -130,6 +169,11 @@ class Strategy(BaseEstimator, ABC):
     name = None
     robust = False
     models = ("gmm", "mor")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "private" not in vars(cls):   # a private form holds for the rounds it was declared for: not inherited
+            cls.private = Strategy.private
 
     def validate(self):
         """Check every option against its declared constraint; ``self``."""
@@ -247,6 +291,15 @@ class Strategy(BaseEstimator, ABC):
         """Whether the run from a later start (:class:`fedmm.engine.FitResult`) replaces the best so far:
         a higher total log-likelihood (a tie up to rounding keeps the earlier run)."""
         return first_best([best.loglik.sum(), candidate.loglik.sum()]) == 1
+
+    # --- privacy -------------------------------------------------------------------------
+
+    def private(self, unit):
+        """How this method runs under differential privacy (:mod:`fedmm.privacy`) at the level ``unit``
+        (``"client"``: each client protected; ``"sample"``: each row): a :class:`PrivateForm`, or None where it has
+        none (the default). Declared by each class for itself: a subclass, whose rounds may differ, inherits
+        none (it may take its parent's: ``private = FedEM.private``)."""
+        return None
 
     # --- restarts (called by the engine after a run) -------------------------------------
 

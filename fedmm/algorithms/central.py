@@ -86,8 +86,8 @@ from ..robust import kept_clients
 from ..threads import parallel_kernel
 from .tuning import noise_ratios
 
-__all__ = ["CentralResult", "central_update", "soft_threshold", "pooling_share", "centre_margin", "between_variance",
-           "linear_shrinkage", "SOLVERS"]
+__all__ = ["CentralResult", "central_update", "robust_centre", "soft_threshold", "pooling_share", "centre_margin",
+           "between_variance", "linear_shrinkage", "SOLVERS"]
 
 
 class CentralResult(NamedTuple):
@@ -323,6 +323,14 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
     nu += center
     # Pooled: Delta_k = 0, i.e. not beyond the threshold (an empty component's is infinite).
     return CentralResult(nu, center, ~(distance > threshold), distance, threshold, it, converged)
+
+def robust_centre(updates, share, clip):
+    """The centre of FedGrEM's central problem (eq. (6); :func:`central_update`) over the clients' updates (K, m)
+    with weights ``share`` and penalty ``clip``: the Huber M-estimate of their location, where a client farther
+    than ``clip`` pulls with a force ``clip`` whatever its distance. Under local noise every update lies far
+    beyond ``clip``, and it is their weighted geometric median (FedGrEM's private server,
+    :meth:`fedmm.algorithms.FedGrEM.private`)."""
+    return central_update(updates[:, None, :], np.ones(len(share)), clip, weights=share).center[0]
 
 
 def _per_block(sizes, theta):

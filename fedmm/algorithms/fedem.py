@@ -32,7 +32,7 @@ import numpy as np
 from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, Strategy, em_update
+from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, PrivateForm, Strategy, em_update
 
 #: What a component's mass ``w_kr`` is taken as at least in ``aggregation="components"`` (as scikit-learn's
 #: ``10 * eps`` in its M-step).
@@ -95,3 +95,8 @@ class FedEM(Strategy):
 
     def center(self, diagnostics):
         return diagnostics.center
+
+    def private(self, unit):
+        """At either level: the server averages the clients' noisy updates under local noise, and every client
+        keeps its own proportions."""
+        return PrivateForm()

@@ -21,13 +21,14 @@ from scipy.stats import beta, chi2
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from .central import CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share, soft_threshold
+from .central import (CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share,
+                      robust_centre, soft_threshold)
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..robust import TRIM, client_median, trusted_sizes
 from .tuning import N_FOLDS, PENALTY_CANDIDATES, select_penalty, sure_penalty
 from .. import _params as P
-from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy
+from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm
 
 PENALTIES = ("paper", "sure", "sure-floored", "theory")
 #: The penalties chosen every round by SURE (:func:`fedmm.algorithms.tuning.sure_penalty`).
@@ -454,6 +455,15 @@ class FedGrEM(GradientStrategy):
 
     def _with(self, options):
         return clone(self).set_params(**options)
+
+    def private(self, unit):
+        """At the level of clients: the server takes the centre of the central problem with penalty ``clip`` of the
+        clients' noisy updates under local noise (:func:`~fedmm.algorithms.central.robust_centre`), each client
+        its own components about the release (the shrinkage step), and the clients go the whole way to their
+        M-step (``eta_rule="current"``: a private fit's rounds are few, fixed by the budget, and the clip bounds
+        each one's pull already, ``docs/privacy.md``)."""
+        return PrivateForm(centre=robust_centre, personal=True, options={"eta_rule": "current"}) if unit == "client" \
+            else None
 
     def distinct_components(self, model, index, p, scale_per_component):
         """The consensus once where any client sits on it (``pooled_``), plus each client off it by the group

@@ -15,8 +15,8 @@ import numpy as np
 from ..families import MixtureParams, pool_stats
 from ..protocol import Broadcast, take
 from ..robust import TRIM, kept_clients, trusted_sizes
-from ._base import (CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, Strategy, em_update, grem_update,
-                    step_sizes)
+from ._base import (CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm, Strategy, em_update,
+                    grem_update, step_sizes)
 from .fedem import SharedComponents
 
 
@@ -73,6 +73,11 @@ class PooledEM(_Pooled):
 
     def _update(self, state, stats, n):
         return em_update(state.family, stats, n)
+
+    def private(self, unit):
+        """At the level of samples, its server needing only the clients' sums: every client takes the released
+        proportions."""
+        return PrivateForm(pooled=True) if unit == "sample" else None
 
 
 class PooledGrEM(_Pooled, GradientStrategy):

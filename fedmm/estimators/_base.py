@@ -17,15 +17,14 @@ from .. import _params as P
 from ..alignment import ALIGNMENT_METHODS
 from ..clients import LocalClients, fit_weights, server_side
 from ..data import FederatedData, check_component_sizes, check_components, check_copies, check_empty_components
-from ..engine import Participation, Progress, fit_restarts, run_rounds
+from ..engine import Participation, Progress, fit_restarts
 from ..families import MixtureParams
 from ..initialization import INITS, align_params, make_starts
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
-from ..privacy import METHODS as PRIVATE_METHODS
-from ..privacy import (OutsideBoundsWarning, PrivateAverage, PrivateClients, PrivateSums, calibrated_rounds,
-                       centre_start, clip_to_bounds, epsilon_spent, noise_multiplier, outside_bounds_message,
-                       released_proportions, split_component, stage_rounds, update_size)
+from ..privacy import (OutsideBoundsWarning, PrivateClients, calibrated_rounds, centre_start, clip_to_bounds,
+                       epsilon_spent, noise_multiplier, outside_bounds_message, private_server, run_stages,
+                       stage_rounds, update_size)
 from ..robust import client_median
 from ._search import check_search_input, new_client_rows, score_with_new_clients, set_method_params
 
@@ -226,22 +225,20 @@ class _FederatedMixture(BaseEstimator, ABC):
         """The differentially private fit (:mod:`fedmm.privacy`): public units and start, then exactly
         ``privacy``'s rounds (:func:`fedmm.privacy.calibrated_rounds`) whose aggregate is clipped and noised;
         nothing else is asked of the clients."""
-        methods = PRIVATE_METHODS[privacy.unit]
-        if strategy.name not in methods or getattr(family, "covariance_type", None) == "tied":
-            raise ValueError(f"privacy= with unit={privacy.unit!r} runs method={' or '.join(map(repr, methods))} with "
-                             "covariance_type 'diag', 'spherical', 'full' or 'identity' for now; got "
-                             f"method={strategy.name!r}" + (", covariance_type='tied'." if family.covariance_type ==
-                                                             "tied" else "."))
+        form, tied = strategy.private(privacy.unit), getattr(family, "covariance_type", None) == "tied"
+        if form is None or tied:
+            methods = sorted(name for name, cls in METHODS.items() if cls().private(privacy.unit) is not None)
+            raise ValueError(f"privacy= with unit={privacy.unit!r} runs method={' or '.join(map(repr, methods))} (or "
+                             "a method whose private() declares it) with covariance_type 'diag', 'spherical', "
+                             f"'full' or 'identity' for now; got method={strategy.name or type(strategy).__name__!r}"
+                             + (", covariance_type='tied'." if tied else "."))
         fixed = set(strategy.get_params()) - {"participation", "dropout"}
         changed = sorted(k for k in fixed if repr(strategy.get_params()[k]) != repr(type(strategy)().get_params()[k]))
         if changed:
             raise ValueError(f"Under privacy the options {changed} of method={strategy.name!r} do not apply (its "
                              "centre is the clipped updates', its penalty the clip, and its clients take their "
                              "M-step: docs/privacy.md); leave them at their defaults.")
-        if "eta_rule" in fixed:
-            # FedGrEM's clients go the whole way to their M-step: a private fit's rounds are few, fixed by the
-            # budget, and the clip bounds each one's pull already (docs/privacy.md).
-            strategy.set_params(eta_rule="current")
+        strategy.set_params(**form.options)   # what the method's private form sets (FedGrEM's eta_rule)
         if (self.n_init != 1 or self.init != "auto" or self.warm_start
                 or privacy.rounds != "auto" and privacy.rounds < self.n_components):
             raise ValueError("A private fit runs once from a public start (one component split into more, or "
@@ -253,18 +250,16 @@ class _FederatedMixture(BaseEstimator, ABC):
         moments = privacy.moments(d)
         units = family.units(moments)
         box = np.sort(family.to_internal(np.stack(privacy.box(d)), units), axis=0)   # the bounds in the fit's units
-        if privacy.unit == "sample":
-            average = PrivateSums(strategy, family, d, sigma, rng, privacy.noise, box)
-        else:
-            average = PrivateAverage(strategy, family, d, privacy.clip, sigma, rng, privacy.noise, box)
+        average = private_server(strategy, privacy, family, d, sigma, rng, box)
         # Clients across parties give their own private transport (on Flower: secure aggregation).
         private = getattr(clients, "private", lambda average: PrivateClients(clients, average))(average)
         private.set_units(units)
         user = self._user_start(family, units, K, d)
         centre = family.to_internal(moments.mean[None], units)[0]   # 0 unless the model fixes the units
         participation = None
-        if strategy.participation < 1.0 or strategy.dropout > 0.0:
-            participation = Participation(strategy.participation, strategy.dropout, rng.randint(2 ** 31 - 1))
+        fraction, dropout = getattr(strategy, "participation", 1.0), getattr(strategy, "dropout", 0.0)
+        if fraction < 1.0 or dropout > 0.0:
+            participation = Participation(fraction, dropout, rng.randint(2 ** 31 - 1))
         if user is None:   # one component at the centre, split into more at public rounds
             start, stages = centre_start(family, K, centre), stage_rounds(n_rounds, R)
         else:
@@ -274,27 +269,8 @@ class _FederatedMixture(BaseEstimator, ABC):
                                   np.broadcast_to(theta, (K, R, d)).copy(),
                                   np.repeat(start.scale, R, axis=1))
             stages = [n_rounds]
-        passes = []
-        every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731  (one row per client)
         progress = _PrivateProgress(self.verbose)
-        for i, rounds in enumerate(stages):
-            progress.begin(f"private stage {i + 1} of {len(stages)}" + (f" ({i + 1} component{'s' * (i > 0)})"
-                                                                         if user is None else ""))
-            if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
-                point = average.averaged(max(stages[i - 1] // 2, 1))
-                stage = MixtureParams(every(released_proportions(point.weights)), every(point.theta),
-                                      every(point.scale))
-                start = split_component(family, stage, point.weights, d, rng)
-            # tol=0: no stopping rule reads the (withheld) log-likelihoods; every calibrated round runs.
-            passes.append(run_rounds(average, family, private, start, rounds, 0.0, progress=progress,
-                                     participation=participation))
-        # The model: the mean of the last stage's rounds after its first quarter (EM settles within it), which
-        # hover about its fixed point; each client's proportions (and under FedGrEM its components) its own.
-        averaged = max(stages[-1] * 3 // 4, 1)
-        point = average.averaged(averaged)
-        params = private.final(point, average.centre_variance / averaged)
-        result = passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),
-                                     diagnostics=passes[-1].diagnostics._replace(center=point.theta))
+        result = run_stages(average, family, private, start, stages, rng, progress, participation)
         self.penalty_selection_ = None
         self.noise_multiplier_ = sigma
         self.releases_ = [family.to_original(release, units) for release in average.release_history()]

@@ -181,7 +181,7 @@ class SecureRounds(PrivateTransport):
         if isinstance(average, PrivateSums):
             return {"radius": float(average.radius), "n_clients": self.n_clients}
         settings = {"clip": float(average.clip), "n_clients": self.n_clients}
-        if average.robust:
+        if average.form.personal:
             settings["centre_variance"] = float(average.centre_variance)
         return settings
 

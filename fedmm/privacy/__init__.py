@@ -10,7 +10,9 @@ every other client and whoever reads the fit (under local noise: the server too)
 rows is then bounded whatever they are. A client present against one that sends nothing (its share lost, not
 redistributed) is covered too (half the distance); two rosters of different clients are not neighbours.
 
-The mechanism is DP-FedAvg's, applied to the rounds of FedEM or FedGrEM:
+The mechanism is DP-FedAvg's, applied to the rounds of a method that declares its private form
+(:meth:`fedmm.methods.Method.private`: FedEM and FedGrEM at the level of clients, FedEM and pooled EM at the level
+of samples; a method of one's own opts in likewise, ``docs/extending.md``):
 
 - **units**: public, from ``bounds`` (the features' range, as diffprivlib asks for it); no client's rows
   are read for them, and the fit runs in them, so a change of the data's units with ``bounds`` changed
@@ -69,6 +71,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .. import _params as P
+from ..algorithms.central import robust_centre
 from ..units import Moments
 from .accounting import (CARRIED, ROUNDS, ROW_QUANTILE, SUMS_SHARES, calibrated_rounds, capped_shares, capped_sizes,
                          epsilon_spent, noise_multiplier, release_sd, row_radius, row_sensitivity, stage_rounds,
@@ -79,7 +82,8 @@ from .mechanisms import (COORDINATE_RANGE, LIMIT_LEVEL, SUMS_RANGE, VARIANCE_FLO
                          released_proportions, scale_of, shared_point, sums_bounds, sums_from_vector, sums_limits,
                          sums_vector, update_size, whitened_m_step)
 from .rounds import (PERSONAL_LEVEL, PrivateAverage, PrivateClients, PrivateSums, PrivateTransport,
-                     as_under_secure_aggregation, personal_components, robust_centre, sent_params, split_component)
+                     as_under_secure_aggregation, personal_components, private_server, run_stages,
+                     sent_params, split_component)
 
 __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "PrivateAverage", "PrivateSums",
            "noise_multiplier", "epsilon_spent", "calibrated_rounds", "release_sd", "local_update_limit",
@@ -87,7 +91,7 @@ __all__ = ["DifferentialPrivacy", "PrivateTransport", "PrivateClients", "Private
            "row_sensitivity", "sums_noise", "sums_limits", "bounded_sums", "sums_vector", "sums_bounds",
            "sums_from_vector", "clip_rows", "clip_to_bounds", "outside_bounds_message", "OutsideBoundsWarning",
            "centre_start", "stage_rounds", "split_component", "encode", "decode", "robust_centre",
-           "personal_components", "released_proportions"]
+           "personal_components", "released_proportions", "private_server", "run_stages"]
 
 #: Where the noise is added: on the aggregate (a trusted server, or secure aggregation) or on each client's
 #: own message (an untrusted server).
@@ -96,9 +100,6 @@ NOISE = ("central", "local")
 #: Whom a private fit protects: a whole client with all its rows, or one row of one client.
 UNITS = ("client", "sample")
 
-#: The methods a private fit runs, per unit: at the level of samples those whose server needs only the clients'
-#: sums (:class:`PrivateSums`).
-METHODS = {"client": ("fedem", "fedgrem"), "sample": ("fedem", "pooled-em")}
 
 
 class DifferentialPrivacy(BaseEstimator):

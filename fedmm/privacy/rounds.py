@@ -1,14 +1,17 @@
 """The private rounds (:mod:`fedmm.privacy`): the server's side of a private fit (:class:`PrivateAverage`,
-:class:`PrivateSums`), the clients' side in one process (:class:`PrivateClients`), and the public start's
-splitting schedule."""
+:class:`PrivateSums`) about a method's own clients, as its :meth:`~fedmm.algorithms.Strategy.private` form
+declares them; the clients' side in one process (:class:`PrivateClients`); and the stages of the public start's
+splitting schedule, which the engine runs (:func:`run_stages`)."""
 
 import contextlib
 
 import numpy as np
 from scipy import stats
 
-from ..algorithms.central import central_update, soft_threshold
-from ..algorithms.fedem import FedEM, SharedComponents
+from ..algorithms import Strategy
+from ..algorithms.central import soft_threshold
+from ..algorithms.fedem import SharedComponents
+from ..engine import SILENT, run_rounds
 from ..families import MixtureParams, pool_stats
 from ..protocol import Broadcast, ClientMessage, put, take
 from . import accounting   # release_sd through its module: what a patch of it (validation/privacy_audit.py) reaches
@@ -19,11 +22,6 @@ from .mechanisms import (bounded_sums, bounded_updates, clip_rows, decode, encod
 #: The chance that a client on the consensus keeps a part of its own components under FedGrEM
 #: (:func:`personal_components`), over the whole federation.
 PERSONAL_LEVEL = 0.05
-
-#: What :class:`PrivateAverage` asks of FedEM's server rather than of the method: the shared-components
-#: bookkeeping.
-SERVER_SIDE = ("diagnostics", "center", "groups", "round_info", "fitted_attributes", "may_keep_moving",
-               "restarting", "communication", "used_models")
 
 
 def split_component(family, params, mean_weights, n_features, random_state):
@@ -56,14 +54,6 @@ def split_component(family, params, mean_weights, n_features, random_state):
     weights[:, r] /= 2
     scale = np.concatenate([params.scale, params.scale[:, r:r + 1]], axis=1)
     return MixtureParams(weights, theta, scale)
-
-
-def robust_centre(updates, share, clip):
-    """The centre of FedGrEM's central problem (eq. (6); :func:`fedmm.algorithms.central.central_update`) over
-    the clients' updates (K, m) with weights ``share`` and penalty ``clip``: the Huber M-estimate of their
-    location, where a client farther than ``clip`` pulls with a force ``clip`` whatever its distance. Under
-    local noise every update lies far beyond ``clip``, and it is their weighted geometric median."""
-    return central_update(updates[:, None, :], np.ones(len(share)), clip, weights=share).center[0]
 
 
 def personal_components(family, theta, point, N, centre_variance, n_clients):
@@ -111,32 +101,44 @@ def as_under_secure_aggregation():
         PrivateAverage.bounded = False
 
 
-class PrivateAverage:
-    """The server's side of a private fit: the clients' updates from the released components, aggregated into
-    the next release (see the module docstring).
+def private_form(method, unit):
+    """``method``'s :class:`~fedmm.algorithms.PrivateForm` at the level ``unit``; a ``ValueError`` where it has
+    none."""
+    form = method.private(unit)
+    if form is None:
+        raise ValueError(f"method={method.name or type(method).__name__!r} has no private form at the level of "
+                         f"{unit}s: its private({unit!r}) returns None (fedmm.methods.Method.private).")
+    return form
 
-    Under central noise the updates are clipped and averaged with shares ``s_k``, and Gaussian noise is added:
-    for FedEM and FedGrEM alike (the clipped average is one step towards FedGrEM's centre with penalty
-    ``clip``, :func:`robust_centre`). Under local noise the clients' updates come noised: FedEM averages
-    them, FedGrEM takes their :func:`robust_centre`. Every other call goes to the method (its clients' side)
-    or, on the server's side, to FedEM's shared-components bookkeeping. Variances move as log-variances
+
+class PrivateAverage(Strategy):
+    """The server's side of a private fit: the clients' updates from the released components, aggregated into
+    the next release (see the package docstring), about the method's own clients.
+
+    Under central noise the updates are clipped and averaged with shares ``s_k``, and Gaussian noise is added,
+    whatever the method (for FedGrEM the clipped average is one step towards its centre with penalty ``clip``,
+    :func:`~fedmm.algorithms.central.robust_centre`). Under local noise the clients' updates come noised and the
+    server takes the ``centre`` of the method's :class:`~fedmm.algorithms.PrivateForm`. The clients' side is the
+    method's own (its client step, options and name); the server's keeps the one estimate every client is sent
+    (:class:`~fedmm.algorithms.fedem.SharedComponents`). Variances move as log-variances
     (:meth:`~fedmm.families.Family.log_scale`), so noise leaves them positive.
     """
 
     #: Whether every coordinate of an update is clipped to :func:`coordinate_range` as well as its norm to ``clip``:
     #: set by a transport that cannot see one client's update (secure aggregation, :mod:`fedmm.flower.secure`).
     bounded = False
+    #: The level of the guarantee whose rounds this server runs (:meth:`~fedmm.algorithms.Strategy.private`).
+    unit = "client"
 
-    def __init__(self, strategy, family, n_features, clip, sigma, random_state, noise="central", box=None):
-        self._strategy, self.family, self.d = strategy, family, n_features
+    def __init__(self, method, family, n_features, clip, sigma, random_state, noise="central", box=None):
+        self.method, self.form = method, private_form(method, self.unit)
+        self.family, self.d = family, n_features
         self.box = box   # (lower, upper) in the fit's units (:func:`in_the_box`); None: unbounded
         self.clip, self.sigma, self.random_state, self.noise = clip, sigma, random_state, noise
         # Under local noise the clients draw their own, not from the server's draws (across parties they draw
         # from their own entropy); in one process from this seed, so that the server's draws (the splits) are
         # the same in one process and across parties.
         self.clients_seed = random_state.randint(2 ** 31 - 1) if noise == "local" else None
-        self.robust = strategy.name == "fedgrem"
-        self._server = FedEM()
         self.centre_variance = None
         self.released = []  # every round's release: (mean proportions, theta, log-variances)
 
@@ -145,8 +147,27 @@ class PrivateAverage:
         """How many noisy aggregates were released: the rounds privacy was spent on."""
         return len(self.released)
 
-    def __getattr__(self, name):
-        return getattr(self._server if name in SERVER_SIDE else self._strategy, name)
+    # --- the clients' side: the method's own ----------------------------------------------
+
+    name = property(lambda self: self.method.name)
+    per_client = property(lambda self: self.method.per_client)
+    sends_stats = property(lambda self: self.method.sends_stats)
+    stop_on = property(lambda self: self.method.stop_on)
+    ascent = property(lambda self: self.method.ascent)
+
+    def client_options(self):
+        return self.method.client_options()
+
+    def client_start(self, start, n_k):
+        return self.method.client_start(start, n_k)
+
+    def client_step(self, family, data, state, broadcast):
+        return self.method.client_step(family, data, state, broadcast)
+
+    def local_update(self, family, stats, state, n_k):
+        return self.method.local_update(family, stats, state, n_k)
+
+    # --- the server's side -------------------------------------------------------------
 
     def server_start(self, family, start, n_k):
         """The public start, alike for every client, and the release's noise variance per whitened coordinate
@@ -163,10 +184,8 @@ class PrivateAverage:
             noise = self.clip * accounting.release_sd(self.sigma, share, self.noise)
             clipped = bounded_updates(update, self.clip) if self.bounded else clip_rows(update, self.clip)
             mean = share @ clipped + noise * self.random_state.standard_normal(update.shape[1])
-        elif self.robust:
-            mean = robust_centre(update, share, self.clip)
         else:
-            mean = share @ update
+            mean = self.form.centre(update, share, self.clip)
         weights, theta, log_scale = decode(self.family, self.d, mean, self.point)
         return self._release(weights, theta, scale_of(self.family, self.d, log_scale, self.point), messages.n.size)
 
@@ -179,6 +198,12 @@ class PrivateAverage:
         self.point = MixtureParams(weights, theta, scale)
         every = lambda a: np.broadcast_to(a, (n_clients,) + a.shape).copy()  # noqa: E731
         return Broadcast(MixtureParams(every(weights), every(theta), every(scale))), SharedComponents(theta)
+
+    def diagnostics(self, state):
+        return state
+
+    def center(self, diagnostics):
+        return diagnostics.center
 
     def release_history(self):
         """Every round's release, in order, as parameters of one row: mean proportions (1, R), theta (1, R, p),
@@ -208,15 +233,16 @@ class PrivateSums(PrivateAverage):
     the components' own units (:meth:`~fedmm.families.GaussianFamily.whitened_sums`). The server adds them up, with
     Gaussian noise of ``sigma`` times :func:`~fedmm.privacy.sums_noise` on the totals under central noise (under
     local noise each client's own on its sums), and the M-step of the noisy totals (:func:`whitened_m_step`) is the
-    release: the shared components, and the pooled proportions. FedEM's clients keep their own proportions; pooled
-    EM's take the released ones.
+    release: the shared components, and the pooled proportions. The clients keep their own proportions, or take the
+    released ones where the method's form is ``pooled`` (pooled EM).
     """
 
-    def __init__(self, strategy, family, n_features, sigma, random_state, noise="central", box=None):
-        super().__init__(strategy, family, n_features, None, sigma, random_state, noise, box)
+    unit = "sample"
+
+    def __init__(self, method, family, n_features, sigma, random_state, noise="central", box=None):
+        super().__init__(method, family, n_features, None, sigma, random_state, noise, box)
         self.radius = row_radius(family.param_dim(n_features))
         self.row_sd = sigma * sums_noise(family, self.radius)   # on one party's sums
-        self.robust, self.pooled = False, strategy.name == "pooled-em"
         self.centre_variance = 0.0
 
     def server_start(self, family, start, n_k):
@@ -265,12 +291,12 @@ class PrivateClients(PrivateTransport):
     """The clients' side of a private fit in one process: a transport of clients (:mod:`fedmm.clients`) that
     releases nothing but the private rounds.
 
-    Each client keeps what it estimated itself (its proportions, and under FedGrEM its components, from which
-    it takes its own part of the release, :func:`personal_components`). Under local noise it clips its
-    update from the components it was sent and adds its own Gaussian noise, ``2 sigma clip`` (its update may
-    be any point of the ball), before it replies. Log-likelihoods and sufficient statistics are withheld
-    (zeros and none: the server never reads them). Every other query a fit could make reads the clients' rows
-    outside the rounds the noise was calibrated for, so it fails with what to change instead.
+    Each client keeps what it estimated itself (its proportions, and where the method's form is ``personal``,
+    FedGrEM's, its components, from which it takes its own part of the release, :func:`personal_components`). Under
+    local noise it clips its update from the components it was sent and adds its own Gaussian noise, ``2 sigma
+    clip`` (its update may be any point of the ball), before it replies. Log-likelihoods and sufficient statistics
+    are withheld (zeros and none: the server never reads them). Every other query a fit could make reads the
+    clients' rows outside the rounds the noise was calibrated for, so it fails with what to change instead.
     """
 
     def __init__(self, clients, average):
@@ -288,7 +314,7 @@ class PrivateClients(PrivateTransport):
         point = shared_point(broadcast.params)
         sums = isinstance(average, PrivateSums)
         sent = sent_params(family, point, self._own(point, for_rows=sums), self.n_samples,
-                           average.centre_variance if average.robust else None)
+                           average.centre_variance if average.form.personal else None)
         if sums:   # the sums alone leave the clients, under local noise with each one's own noise on them
             return self._sums(sent, heard)
         messages, replied = self._clients.step(strategy, broadcast._replace(params=sent), heard)
@@ -303,10 +329,11 @@ class PrivateClients(PrivateTransport):
         return messages._replace(loglik=np.zeros_like(messages.loglik), stats=None), replied
 
     def final(self, point, centre_variance):
-        """The fitted parameters of every client about the final release ``point``: its own proportions (pooled
-        EM: the released ones) and, under FedGrEM, its own components (:func:`sent_params`)."""
+        """The fitted parameters of every client about the final release ``point``: its own proportions (where the
+        method's form is ``pooled``: the released ones) and, where it is ``personal`` (FedGrEM), its own components
+        (:func:`sent_params`)."""
         return sent_params(self.family, point, self._own(point), self.n_samples,
-                           centre_variance if self._average.robust else None)
+                           centre_variance if self._average.form.personal else None)
 
     def _sums(self, sent, heard):
         """The round at the level of samples: the clients ``heard`` send their
@@ -327,11 +354,11 @@ class PrivateClients(PrivateTransport):
         return messages, replied
 
     def _own(self, point, for_rows=False):
-        """What the clients keep, with the proportions of the release ``point`` for their own under pooled EM, and
-        ``for_rows`` (each row private) in every E-step: proportions a client computed from its own sums would
-        carry one of its rows into every later round's sums, beyond the one row's sensitivity the noise covers.
-        A client's own proportions are still its fitted ones (:meth:`final`)."""
-        if not (for_rows or getattr(self._average, "pooled", False)):
+        """What the clients keep, with the proportions of the release ``point`` for their own where the method's
+        form is ``pooled`` (pooled EM), and ``for_rows`` (each row private) in every E-step: proportions a client
+        computed from its own sums would carry one of its rows into every later round's sums, beyond the one row's
+        sensitivity the noise covers. A client's own proportions are still its fitted ones (:meth:`final`)."""
+        if not (for_rows or self._average.form.pooled):
             return self.own
         return self.own._replace(weights=np.broadcast_to(released_proportions(point.weights),
                                                          self.own.weights.shape).copy())
@@ -342,3 +369,43 @@ class PrivateClients(PrivateTransport):
                          "the rounds the noise was calibrated for. Under privacy use the default start (the "
                          "public splitting start, or your own means_init), n_init=1, and options the data do not "
                          "choose.")
+
+
+def private_server(method, privacy, family, n_features, sigma, random_state, box):
+    """The server's side of ``method``'s fit under ``privacy`` (:class:`~fedmm.privacy.DifferentialPrivacy`) with
+    noise multiplier ``sigma``, in the box ``box`` of the fit's units: :class:`PrivateSums` at the level of
+    samples, :class:`PrivateAverage` at the level of clients."""
+    if privacy.unit == "sample":
+        return PrivateSums(method, family, n_features, sigma, random_state, privacy.noise, box)
+    return PrivateAverage(method, family, n_features, privacy.clip, sigma, random_state, privacy.noise, box)
+
+
+def run_stages(server, family, clients, start, stages, random_state, progress=SILENT, participation=None):
+    """A private fit's rounds, stage by stage, each run by the engine (:func:`fedmm.engine.run_rounds`, ``tol=0``:
+    no stopping rule reads the withheld log-likelihoods; every calibrated round runs) with ``server``'s side and
+    the private transport ``clients`` from ``start``: ``stages`` rounds each (:func:`~fedmm.privacy.stage_rounds`),
+    every stage after the first from its predecessor's model with one component split
+    (:func:`split_component`, drawing from ``random_state``).
+
+    Returns the :class:`~fedmm.engine.FitResult` of the last stage with the rounds of all: its model is the mean
+    of the last stage's rounds after its first quarter, which EM settles within and which hover about its fixed
+    point (Polyak-Ruppert averaging, :meth:`PrivateAverage.averaged`), its ``diagnostics.center`` that model's
+    components; each client's proportions (where the form is ``personal``, its components) are its own
+    (:meth:`PrivateClients.final`)."""
+    passes = []
+    K, n_features = clients.n_clients, start.theta.shape[-1]
+    every = lambda a: np.broadcast_to(a, (K,) + a.shape).copy()  # noqa: E731  (one row per client)
+    for i, rounds in enumerate(stages):
+        if i:   # split the previous stage's model: the mean of its second half of rounds (less noise)
+            point = server.averaged(max(stages[i - 1] // 2, 1))
+            stage = MixtureParams(every(released_proportions(point.weights)), every(point.theta), every(point.scale))
+            start = split_component(family, stage, point.weights, n_features, random_state)
+        R = start.theta.shape[1]
+        progress.begin(f"private stage {i + 1} of {len(stages)} ({R} component{'s' * (R > 1)})")
+        passes.append(run_rounds(server, family, clients, start, rounds, 0.0, progress=progress,
+                                 participation=participation))
+    averaged = max(stages[-1] * 3 // 4, 1)
+    point = server.averaged(averaged)
+    params = clients.final(point, server.centre_variance / averaged)
+    return passes[-1]._replace(params=params, n_iter=sum(p.n_iter for p in passes),
+                               diagnostics=passes[-1].diagnostics._replace(center=point.theta))
