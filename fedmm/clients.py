@@ -176,8 +176,8 @@ class LocalClients:
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
-        d = self.data.X.shape[1]
-        self._record("hello", None, 0, 1 + d + d * d + (2 if self.data.y is not None else 0))
+        d, responses = self.data.X.shape[1], self.data.y is not None
+        self._record("hello", None, 0, 1 + d + (d * d + 2 if responses else d))
         return pooled_moments(self.data)
 
     def set_units(self, units, scale_reply=True):
@@ -185,7 +185,7 @@ class LocalClients:
         its data's scale (the divergence check's unit), unless ``scale_reply`` is False (a private fit, where
         it would be a release: :mod:`fedmm.privacy`)."""
         d = len(units.x_shift)
-        self._record("units", None, d + d * d + 2, int(scale_reply))
+        self._record("units", None, d + units.x_map.size + 2, int(scale_reply))
         data = units.transform(self.data)
         self.data = data.with_X(self.family.design(data.X))
 

@@ -51,8 +51,9 @@ class Moments(NamedTuple):
     Attributes
     ----------
     mean : ndarray of shape (d,)
-    second : ndarray of shape (d, d)
-        ``sum_i x_i x_i^T / n`` (uncentered).
+    second : ndarray of shape (d, d) or (d,)
+        ``sum_i x_i x_i^T / n`` (uncentered) where the data carry responses; each feature's ``sum_i x_ij^2 / n``
+        otherwise (:func:`_clients_sums`).
     y_mean, y_second : float or None
         The same for the responses.
     """
@@ -72,27 +73,34 @@ def client_sums(data):
 
 def _clients_sums(X, y, offsets):
     """Every client's sums of :func:`client_sums` (client ``k``: rows ``offsets[k]:offsets[k+1]``), stacked with
-    a leading client axis: ``n`` (K, 1), ``sum_x`` (K, d), ``sum_xx`` (K, d, d), and for responses ``sum_y``,
-    ``sum_yy`` (K, 1). One compiled pass, in float64 also for float32 data (the variance ``sum_xx / n - mean^2``
+    a leading client axis: ``n`` (K, 1), ``sum_x`` (K, d), ``sum_xx``, and for responses ``sum_y``, ``sum_yy``
+    (K, 1). ``sum_xx`` is each feature's ``sum x_j^2`` (K, d) where the data carry no responses (a mixture's
+    units scale each feature, :meth:`fedmm.families.GaussianFamily.units`: ``O(n d)`` work and ``d`` numbers a
+    client, not ``d^2``) and the whole ``sum x x^T`` (K, d, d) where they do (a regression whitens its
+    features). One compiled pass, in float64 also for float32 data (the variance ``sum_xx / n - mean^2``
     cancels: float32 sums of a million rows far from 0 would leave noise)."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    sum_x, sum_xx = _moment_sums(X, offsets)
-    sums = {"n": np.diff(offsets).astype(np.float64)[:, None], "sum_x": sum_x, "sum_xx": sum_xx}
-    if y is not None:
-        sum_y, sum_yy = _moment_sums(np.ascontiguousarray(y).reshape(-1, 1), offsets)
+    full = y is not None
+    sum_x, sum_xx = _moment_sums(X, offsets, np.zeros((len(offsets) - 1, X.shape[1], X.shape[1] if full else 1)))
+    sums = {"n": np.diff(offsets).astype(np.float64)[:, None], "sum_x": sum_x, "sum_xx": sum_xx if full else
+            sum_xx[:, :, 0]}
+    if full:
+        sum_y, sum_yy = _moment_sums(np.ascontiguousarray(y).reshape(-1, 1), offsets, np.zeros((len(offsets) - 1, 1, 1)))
         sums.update(sum_y=sum_y, sum_yy=sum_yy[:, 0])
     return sums
 
 
 @njit(cache=True)
-def _moment_sums(X, offsets):
-    """Each client's ``sum_i x_i`` (K, d) and ``sum_i x_i x_i^T`` (K, d, d) in float64, summed about the client's
-    first row ``s`` and shifted back (``sum x x^T = sum z z^T + s (sum z)^T + (sum z) s^T + n s s^T``,
-    ``z = x - s``: the shifted-data algorithm, Chan, Golub & LeVeque, Am. Stat. 1983): far from 0 the
-    variance's cancellation then costs the rounding of the shift-back, not of every row's square."""
+def _moment_sums(X, offsets, sum_xx):
+    """Each client's ``sum_i x_i`` (K, d) in float64, and into ``sum_xx`` (K, d, d) its ``sum_i x_i x_i^T``, or
+    into ``sum_xx`` (K, d, 1) each feature's ``sum_i x_ij^2`` only, summed about the client's first row ``s``
+    and shifted back (``sum x x^T = sum z z^T + s (sum z)^T + (sum z) s^T + n s s^T``, ``z = x - s``: the
+    shifted-data algorithm, Chan, Golub & LeVeque, Am. Stat. 1983): far from 0 the variance's cancellation
+    then costs the rounding of the shift-back, not of every row's square. A feature's square is the same number
+    either way. Returns ``(sum_x, sum_xx)``."""
     K, d = offsets.shape[0] - 1, X.shape[1]
+    full = sum_xx.shape[2] == d and d > 1
     sum_x = np.zeros((K, d))
-    sum_xx = np.zeros((K, d, d))
     z = np.empty(d)
     for k in range(K):
         lo, hi = offsets[k], offsets[k + 1]
@@ -100,19 +108,22 @@ def _moment_sums(X, offsets):
             continue
         s = X[lo].astype(np.float64)
         c1 = np.zeros(d)
-        c2 = np.zeros((d, d))
+        c2 = np.zeros(sum_xx.shape[1:])
         for i in range(lo, hi):
             for a in range(d):
                 z[a] = X[i, a] - s[a]
                 c1[a] += z[a]
-                for b in range(a + 1):
-                    c2[a, b] += z[a] * z[b]
+                first = 0 if full else a   # per feature: b = a only, in column 0
+                for b in range(first, a + 1):
+                    c2[a, b - first] += z[a] * z[b]
         n = float(hi - lo)
         for a in range(d):
             sum_x[k, a] = c1[a] + n * s[a]
-            for b in range(a + 1):
-                sum_xx[k, a, b] = c2[a, b] + s[a] * c1[b] + c1[a] * s[b] + n * s[a] * s[b]
-                sum_xx[k, b, a] = sum_xx[k, a, b]
+            first = 0 if full else a
+            for b in range(first, a + 1):
+                sum_xx[k, a, b - first] = c2[a, b - first] + s[a] * c1[b] + c1[a] * s[b] + n * s[a] * s[b]
+                if full:
+                    sum_xx[k, b, a] = sum_xx[k, a, b]
     return sum_x, sum_xx
 
 
@@ -172,7 +183,9 @@ def client_distances(sums):
 def _client_distances(stacked):
     """:func:`client_distances` of the clients' sums stacked (:func:`_stacked`)."""
     n = stacked["n"]
-    distance = _distances(stacked["sum_x"] / n, np.diagonal(stacked["sum_xx"], axis1=1, axis2=2) / n)
+    squares = stacked["sum_xx"]
+    squares = np.diagonal(squares, axis1=1, axis2=2) if squares.ndim == 3 else squares
+    distance = _distances(stacked["sum_x"] / n, squares / n)
     if "sum_y" in stacked:
         distance = np.maximum(distance, _distances(stacked["sum_y"] / n, stacked["sum_yy"] / n))
     return distance
@@ -207,8 +220,9 @@ class Units(NamedTuple):
     Attributes
     ----------
     x_shift : ndarray of shape (d,)
-    x_map : ndarray of shape (d, d)
-        Invertible; diagonal for the Gaussian family.
+    x_map : ndarray of shape (d, d) or (d,)
+        Invertible; a vector is the diagonal map ``diag(x_map)``, a scale per feature (the Gaussian family's:
+        ``O(d)`` numbers and work, not ``O(d^2)`` or the ``O(d^3)`` of an inverse).
     y_shift, y_scale : float
     """
 
@@ -219,15 +233,23 @@ class Units(NamedTuple):
 
     @classmethod
     def identity(cls, d):
-        return cls(np.zeros(d), np.eye(d))
+        return cls(np.zeros(d), np.ones(d))
+
+    @property
+    def log_abs_det(self):
+        """``log |det x_map|``: the map's log-Jacobian per sample of ``x``."""
+        if self.x_map.ndim == 1:
+            return float(np.sum(np.log(np.abs(self.x_map))))
+        return float(np.linalg.slogdet(self.x_map)[1])
 
     def transform(self, data):
         """The data in standard units (same clients and order); the data themselves when nothing changes.
 
         Computed in the data's own precision, so float32 data stay float32 (:class:`fedmm.data.FederatedData`).
         """
-        diagonal, dtype = np.diag(self.x_map), data.X.dtype
-        if np.array_equal(self.x_map, np.diag(diagonal)):
+        dtype = data.X.dtype
+        diagonal = self.x_map if self.x_map.ndim == 1 else np.diag(self.x_map)
+        if self.x_map.ndim == 1 or np.array_equal(self.x_map, np.diag(diagonal)):
             if not self.x_shift.any() and np.all(diagonal == 1.0) and self.y_shift == 0.0 and self.y_scale == 1.0:
                 return data
             X = np.ascontiguousarray(data.X - self.x_shift.astype(dtype))         # O(n d), one new array

@@ -138,7 +138,7 @@ def test_batched_and_per_client_rounds_agree_under_partial_participation(method)
 
 @pytest.mark.parametrize("method", ["fedem", "pooled-em"])
 def test_communication_counts_every_query_and_the_rounds_as_history_does(method):
-    """communication_: the units' sums (1 + d + d^2 numbers up), the units (d + d^2 + 2 down, 1 up), the
+    """communication_: the units' sums (1 + d + d numbers up: a mixture's clients send per-feature squares), the units (d + d + 2 down: a scale per feature; 1 up), the
     common start, every round one message each way per client of the protocol's numbers (as history_'s
     floats), the first with the start (R weights, R p means, R p variances down), the final log-likelihoods;
     every client's totals add up to the queries'."""
@@ -146,8 +146,8 @@ def test_communication_counts_every_query_and_the_rounds_as_history_does(method)
     gm.fit(X)
     c = gm.communication_
     assert list(c["query"][:4]) == ["hello", "units", "family_start", "step"] and c["query"][-1] == "loglik"
-    np.testing.assert_array_equal(c["bytes_up"][:2], [8 * K * (1 + P + P * P), 8 * K])
-    np.testing.assert_array_equal(c["bytes_down"][:2], [0, 8 * K * (P + P * P + 2)])
+    np.testing.assert_array_equal(c["bytes_up"][:2], [8 * K * (1 + 2 * P), 8 * K])
+    np.testing.assert_array_equal(c["bytes_down"][:2], [0, 8 * K * (P + P + 2)])
     assert c["messages_down"][2] == c["messages_up"][2] == 1                     # one client draws the start
     rounds = c["query"] == "step"
     assert (c["method"][rounds] == method).all()

@@ -96,21 +96,22 @@ def oracle(X_honest, d, seed):
 
 
 def spectral_start(X, n_screen=None):
-    """(2, d) starting means from the pooled moments alone (what fedmm's units already ask the clients for, and
-    trim of far clients): the features whose pooled variance exceeds the median's by more than 6 robust
-    standard deviations of a variance estimate (``sqrt(2 / n)`` relative), then the top eigenvector ``v`` of the
-    pooled covariance on them, the means ``m +- sqrt(lambda - 1) v`` (identity noise: covariance ``I + delta
+    """(2, d) starting means from pooled sums alone: the features whose pooled variance (fedmm's units' per-feature
+    moments, trim of far clients) exceeds the median's by more than 6 robust standard deviations of a variance
+    estimate (``sqrt(2 / n)`` relative), then the top eigenvector ``v`` of the pooled covariance on them (a second
+    query: each client's sums of ``x x^T`` on those features), the means ``m +- sqrt(lambda - 1) v`` (identity noise: covariance ``I + delta
     delta^T / 4`` for two equal components ``delta`` apart). A proof of concept for a sparse start (issue 64,
     what is left): the fit's own starts are dense."""
     data = FederatedData.from_input(X)
     moments = pooled_moments(data)
-    cov = moments.second - np.outer(moments.mean, moments.mean)
-    var = np.diag(cov)
+    var = moments.second - moments.mean ** 2
     n = data.n_samples.sum()
     keep = np.flatnonzero(var > np.median(var) * (1.0 + 6.0 * np.sqrt(2.0 / n)))
     if len(keep) == 0:
         keep = np.argsort(var)[-1:]
-    lam, vec = np.linalg.eigh(cov[np.ix_(keep, keep)])
+    mean = moments.mean[keep]
+    second = sum(x[:, keep].T @ x[:, keep] for x in X) / n
+    lam, vec = np.linalg.eigh(second - np.outer(mean, mean))
     v = np.zeros(len(var))
     v[keep] = vec[:, -1] * np.sqrt(max(lam[-1] - np.median(var), 1e-3))
     return np.stack([moments.mean + v, moments.mean - v])
@@ -190,7 +191,7 @@ def speed_study(ds, n_clients=100):
         fit = _fit(X, "sparse-fedgrem", 0)
         total = time.perf_counter() - t0
         print(f"  d = {d:>5}: fit {total:6.1f} s ({fit.n_iter_} rounds), of which the pooled moments "
-              f"(K x d x d sums) {moments:6.1f} s", flush=True)
+              f"(per-feature sums) {moments:6.1f} s", flush=True)
 
 
 def round_study(ds, n_clients=100):
@@ -204,8 +205,7 @@ def round_study(ds, n_clients=100):
 def round_cost(d, n_clients=100, repeats=3):
     """Seconds of one round at ``d`` with ``n_clients`` clients of 100 rows, its two parts timed apart: every
     client's E-step and gradient step (numba kernels, one pass over the data) and the server's FedGrEM central
-    update plus the sparse step. Measured without a fit: at ``d = 5000`` the pooled moments' ``K x d x d`` sums
-    (20 GB for ``K = 100``) do not fit this machine's memory (``docs/research/sparse.md``)."""
+    update plus the sparse step, measured without a fit (``docs/research/sparse.md``)."""
     from fedmm.families import GaussianFamily, MixtureParams
     from fedmm.protocol import ClientMessage
     X, _ = make_sparse_gmm(d, n_clients=n_clients, seed=0)

@@ -632,7 +632,7 @@ def _log_jacobian(units, conditional):
     ``x``), of ``x`` for a Gaussian mixture."""
     if conditional:
         return -np.log(units.y_scale)
-    return np.linalg.slogdet(units.x_map)[1]  # p(x) = p_std(z) |det x_map|
+    return units.log_abs_det  # p(x) = p_std(z) |det x_map|
 
 
 _SHARED_PARAMS_DOC = """

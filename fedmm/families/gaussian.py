@@ -114,35 +114,35 @@ class GaussianFamily(Family):
         d = len(moments.mean)
         if self.covariance_type == "identity":
             return Units.identity(d)
-        variance = np.diag(moments.second) - moments.mean ** 2
+        variance = moments.second - moments.mean ** 2   # each feature's (no responses: per-feature sums)
         if self.covariance_type == "spherical":
             variance = np.full(d, variance.mean())
-        return Units(moments.mean, np.diag(1.0 / scale_or_one(variance)))
+        return Units(moments.mean, 1.0 / scale_or_one(variance))
 
     def to_original(self, params, units):
-        """With ``z = (x - m) W``: ``mu = m + mu_std W^{-1}`` and ``Sigma = W^{-T} Sigma_std W^{-1}`` (for
-        diagonal ``W = diag(1 / s)``: ``sigma^2 = sigma_std^2 s^2``)."""
-        inverse = np.linalg.inv(units.x_map)
-        theta = units.x_shift + params.theta @ inverse
+        """With ``z = (x - m) W``, ``W = diag(1 / s)`` (:meth:`units`: a scale per feature, kept as the vector
+        ``1 / s``): ``mu = m + mu_std W^{-1}``, ``Sigma = W^{-1} Sigma_std W^{-1}``, that is ``mu = m + s mu_std``
+        and ``Sigma_ij = s_i s_j Sigma_std,ij`` (``sigma^2 = sigma_std^2 s^2``)."""
+        s = 1.0 / units.x_map
+        theta = units.x_shift + params.theta * s
         d = theta.shape[-1]
         if self._matrix:
             cov = params.scale.reshape(params.scale.shape[:-1] + (d, d))
-            scale = (inverse.T @ cov @ inverse).reshape(params.scale.shape)
+            scale = (s[:, None] * cov * s).reshape(params.scale.shape)
         else:
-            s = np.diag(inverse)
             scale = params.scale * (s ** 2 if params.scale.shape[-1] == d else s[:1] ** 2)
         return params._replace(theta=theta, scale=scale)
 
     def to_internal(self, theta, units):
-        return (theta - units.x_shift) @ units.x_map
+        return (theta - units.x_shift) * units.x_map
 
     def scale_to_internal(self, scale, units):
-        """``Sigma_std = W^T Sigma W`` (diagonal ``W``: ``sigma_std^2 = sigma^2 / s^2``)."""
+        """``Sigma_std = W Sigma W`` for ``W = diag(1 / s)`` (``sigma_std^2 = sigma^2 / s^2``)."""
         W = units.x_map
         d = len(W)
         if self._matrix:
-            return (W.T @ scale.reshape(scale.shape[:-1] + (d, d)) @ W).reshape(scale.shape)
-        s = np.diag(np.linalg.inv(W))
+            return (W[:, None] * scale.reshape(scale.shape[:-1] + (d, d)) * W).reshape(scale.shape)
+        s = 1.0 / W
         return scale / (s ** 2 if scale.shape[-1] == d else s[:1] ** 2)
 
     def coordinate_variances(self, scale):

@@ -13,7 +13,7 @@ attack             what the malicious node does
 ``shift-n``        shifts its parameters by +3 (its sums to match) and claims ``n = 1e6``
 ``shift-n18``      the same, claiming ``n = 1e18``
 ``hello-sum_x``    sends ``sum x = 1e200`` for the units step
-``hello-sum_xx``   sends ``sum x x^T = 1e300 I`` for the units step
+``hello-sum_xx``   sends ``sum x x^T = 1e300 I`` (per feature: every square 1e300) for the units step
 ``stats-Sx``       every round, responsibility-weighted sums of ``x`` (``b`` for regressions) at 1e200
 ``stats-Sxx``      every round, second-moment sums (``Sxx``; ``A`` for regressions) at 1e200
 ``inflate-Sxx``    every round, second-moment sums of ``x`` (``y`` for regressions) times 100: variances
@@ -105,7 +105,8 @@ ATTACKS = {
     "shift-n": _claims(1e6, shift=3.0),
     "shift-n18": _claims(1e18, shift=3.0),
     "hello-sum_x": {"hello": lambda v: {**v, "sum_x": np.full_like(v["sum_x"], 1e200)}},
-    "hello-sum_xx": {"hello": lambda v: {**v, "sum_xx": 1e300 * np.eye(len(v["sum_xx"]))}},
+    "hello-sum_xx": {"hello": lambda v: {**v, "sum_xx": 1e300 * (np.eye(len(v["sum_xx"])) if np.ndim(v["sum_xx"]) == 2
+                                                                 else np.ones(len(v["sum_xx"])))}},
     "stats-Sx": _stats(("stats.Sx", "stats.b"), 1e200),
     "stats-Sxx": _stats(("stats.Sxx", "stats.A"), 1e200),
     "inflate-Sxx": {"step": lambda v: {**v, **{k: v[k] * 100.0 for k in ("stats.Sxx", "stats.Syy") if k in v}}},

@@ -196,7 +196,8 @@ class FlowerClients:
             raise ClientsRejected([Rejection(self.nodes[k], "hello", v if isinstance(v, str) else "no sums of x")
                                    for k, v in raw.items()])
         d = int(np.bincount(widths).argmax())  # the federation's feature count: most clients'
-        shapes = {"n": (1,), "sum_x": (d,), "sum_xx": (d, d), **({"sum_y": (1,), "sum_yy": (1,)} if needs_y else {})}
+        shapes = {"n": (1,), "sum_x": (d,), **({"sum_xx": (d, d), "sum_y": (1,), "sum_yy": (1,)} if needs_y else
+                                              {"sum_xx": (d,)})}   # per feature without responses (units)
         replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]) or name_ok(k),
                               required=True)
         sums = [replies[k] for k in range(self.n_clients)]
