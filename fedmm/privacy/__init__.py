@@ -200,7 +200,7 @@ class DifferentialPrivacy(BaseEstimator):
     def moments(self, n_features):
         """The public :class:`fedmm.units.Moments` the units come from: those of the uniform distribution on
         the box, scaled so that the box's half-widths are the standard deviations (the box maps to
-        ``[-1, 1]^d``)."""
+        ``[-1, 1]^d``); each feature's second moment, as a mixture's clients send theirs."""
         lower, upper = self.box(n_features)
         centre, half = (lower + upper) / 2.0, (upper - lower) / 2.0
-        return Moments(centre, np.outer(centre, centre) + np.diag(half ** 2), None, None)
+        return Moments(centre, centre * centre + half ** 2, None, None)
