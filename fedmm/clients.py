@@ -198,9 +198,10 @@ class LocalClients:
         self._record("sums", which, params, sums)
         return sums
 
-    def family_starts(self, seeds, n_components, which=None):
-        """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only); a
-        ``ValueError`` naming the first client with fewer than ``n_components`` samples, which cannot make one."""
+    def family_starts(self, seeds, n_components, which=None, features=None):
+        """The clients' :func:`client_family_starts` from their seeds (``which``: those clients only; ``features``:
+        on those features of their rows only, ``init="screened"``); a ``ValueError`` naming the first client with
+        fewer than ``n_components`` samples, which cannot make one."""
         index = np.arange(self.n_clients) if which is None else np.asarray(which)
         small = index[self.n_samples[index] < n_components]
         if small.size:
@@ -210,8 +211,9 @@ class LocalClients:
                              "its own data); use init='common', or give initial values (weights_init and means_init "
                              "/ coef_init).")
         data = self.data if which is None else self.data.clients(index)
+        data = data if features is None else data.with_X(np.ascontiguousarray(data.X[:, features]))
         starts = client_family_starts(self.family, data, n_components, seeds)
-        self._record("family_start", which, 0, starts)
+        self._record("family_start", which, 0 if features is None else len(features), starts)
         return starts
 
     def user_start(self, weights, theta):

@@ -38,6 +38,15 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
   trimmed fraction, or that put all their samples on one point (a mixture's
   likelihood is unbounded there, so that client fits best and is never
   trimmed).
+- ``"screened"``: for many features of which few separate the components (sparse FedGrEM), where the
+  dense starts' k-means and EM see mostly noise: the features whose pooled variance (the units' sums: no new
+  query) exceeds the median feature's by more than :data:`SCREEN` standard errors of a variance estimate
+  (the screening step of IF-PCA, Jin & Wang, Ann. Stat. 2016; variance screening, Azizyan, Singh & Wasserman,
+  NeurIPS 2013), then the clients' own family starts on those features only, clustered by the server
+  (:func:`clustered_start`); elsewhere the means start at the pooled mean, and every client fits its
+  variances to that start (as to a user's means). One start. It needs the features' variances in the fit's
+  units: identity or spherical covariances (diagonal, full and tied units scale every feature to variance 1).
+  Sparse FedGrEM's default where it can run, ``"pooled-and-local"`` elsewhere.
 - user-supplied weights and parameters: one start.
 
 ``"auto"`` is the method's own default (``Strategy.default_init``).
@@ -53,12 +62,16 @@ from .engine import best_of_starts, drive, passes
 from .families import MixtureParams
 from .robust import TRIM, client_seeds, first_best, trusted_sizes
 
-INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local")
+INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened")
+#: A feature enters the screened start where its pooled variance exceeds the median feature's by this many
+#: standard errors of a variance estimate from ``n`` rows, ``sqrt(2 / n)`` relative (Gaussian noise): a
+#: noise feature passes about once in 10^9.
+SCREEN = 6.0
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
 __all__ = ["INITS", "make_starts", "align_params", "clustered_start", "client_family_starts", "common_start",
-           "local_em_start", "trimmed_pooled_start"]
+           "local_em_start", "trimmed_pooled_start", "screened_start", "screened_features", "screenable"]
 
 
 def client_family_starts(clients, n_components, random_state, which=None):
@@ -150,7 +163,7 @@ def _local_em(family, clients, n_components, n_init, max_iter, tol, alignment, r
 
 
 def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
-                random_state, user=None):
+                random_state, user=None, moments=None):
     """All starting points of one fit, each with the alignment applied to it (or None).
 
     Per-client starts of a method that pools estimates across clients are
@@ -163,6 +176,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         Every start runs on any transport, in this process or across separate parties (:mod:`fedmm.flower`).
     user : tuple (weights, theta) or MixtureParams, optional
         User-supplied start; overrides ``init``.
+    moments : Moments, optional
+        The pooled moments in the fit's units (:meth:`fedmm.units.Units.map_moments`): ``init="screened"``'s.
 
     Returns
     -------
@@ -176,7 +191,10 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [(clients.user_start(*user), None)]
     if init not in INITS:
         raise ValueError(f"Unknown init {init!r}; choose one of {INITS}.")
-    init = algorithm.default_init if init == "auto" else init
+    if init == "auto":
+        init = algorithm.default_init
+        if init == "screened" and not screenable(family):
+            init = "pooled-and-local"
     if init == "local-em":
         if algorithm.shared:
             raise ValueError("init='local-em' gives every client its own start, but this method shares one "
@@ -184,6 +202,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state)]
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
+    if init == "screened":
+        return [(screened_start(family, clients, n_components, moments, random_state), None)]
     if init in ("trimmed-pooled", "pooled-and-local"):
         # The two starts side by side (fedmm.engine.drive): their rounds share messages.
         starts = [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state)]
@@ -197,6 +217,61 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     if algorithm.per_client:
         return [(start, None) for start in starts]
     return [_aligned(start, alignment, random_state) for start in starts]
+
+
+def screenable(family):
+    """Whether ``init="screened"`` can run on ``family``: identity or spherical covariances, whose units keep
+    the features' relative variances (a method's default of ``"screened"`` is ``"pooled-and-local"`` elsewhere)."""
+    return getattr(family, "covariance_type", None) in ("identity", "spherical")
+
+
+def screened_features(variances, n):
+    """The features whose variance (d,), pooled over ``n`` rows, exceeds the median feature's by more than
+    :data:`SCREEN` standard errors (``sqrt(2 / n)`` of it); the largest alone where none does."""
+    median = np.median(variances)
+    keep = np.flatnonzero(variances > median * (1.0 + SCREEN * np.sqrt(2.0 / n)))
+    return keep if keep.size else np.argsort(variances)[-1:]
+
+
+def screened_start(family, clients, n_components, moments, random_state, trim=TRIM):
+    """``init="screened"`` (module docstring). The clients that can send their family starts on the
+    :func:`screened_features` once; as in :func:`trimmed_pooled_start`, each of :data:`CANDIDATES` candidates is
+    the server's :func:`clustered_start` of a random half of them (a start from all clients can hold an outlier
+    client's component), put at the pooled mean on the other features with the noise's variance (the median
+    feature's, spherical); the clients score all candidates in one query, the best trimmed log-likelihood
+    (:func:`~fedmm.algorithms.pooled.trimmed_loglik`) wins, and every client fits its variances to it."""
+    return drive(clients, [_screened(family, clients, n_components, moments, random_state, trim)])[0]
+
+
+def _screened(family, clients, n_components, moments, random_state, trim=TRIM):
+    """:func:`screened_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
+    if not screenable(family) or moments is None:
+        raise ValueError("init='screened' selects features by their pooled variance, which the fit's units keep "
+                         "only with covariance_type 'identity' or 'spherical' (a Gaussian mixture's); got "
+                         f"{getattr(family, 'covariance_type', type(family).__name__)!r}. Use another init, or "
+                         "give initial values (means_init).")
+    variances = moments.second - moments.mean ** 2
+    keep = screened_features(variances, trusted_sizes(clients.n_samples).sum())
+    able = _able_clients(clients.n_samples, n_components)
+    starts = clients.family_starts(client_seeds(random_state, able.size), n_components, able, features=keep)
+    sizes = trusted_sizes(clients.n_samples)[able]
+    candidates = []
+    for _ in range(CANDIDATES):
+        half = np.sort(random_state.choice(able.size, size=(able.size + 1) // 2, replace=False)) \
+            if able.size >= 4 else np.arange(able.size)
+        on_keep = clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
+        theta = np.broadcast_to(moments.mean, (1, n_components, len(moments.mean))).copy()
+        theta[..., keep] = on_keep.theta
+        scale = np.full(on_keep.scale.shape, np.median(variances)) if family.estimates_scale else on_keep.scale
+        candidates.append(MixtureParams(on_keep.weights, theta, scale).broadcast(clients.n_clients))
+    logliks = yield "spawn", [_loglik(candidate) for candidate in candidates]
+    best = candidates[first_best([trimmed_loglik(loglik, clients.n_samples, trim)[1] for loglik in logliks])]
+    return clients.user_start(best.weights[0], best.theta[0])
+
+
+def _loglik(params):
+    """A run that asks the clients' log-likelihoods at ``params`` (side by side with others: one query)."""
+    return (yield "loglik", params)
 
 
 def _shared_family_start(family, clients, n_components, random_state):

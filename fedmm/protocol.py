@@ -250,8 +250,9 @@ class Transport(Rounds, Protocol):
     def set_units(self, units, scale_reply=True):
         """Every client moves its data into the fit's standard units (:mod:`fedmm.units`)."""
 
-    def family_starts(self, seeds, n_components, which=None):
-        """The clients' own starts from their seeds (``which``: those clients only), stacked parameters."""
+    def family_starts(self, seeds, n_components, which=None, features=None):
+        """The clients' own starts from their seeds (``which``: those clients only; ``features``: on those
+        features of their rows only), stacked parameters."""
 
     def user_start(self, weights, theta):
         """The start from given parameters, its variances fitted by each client."""

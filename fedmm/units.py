@@ -235,6 +235,18 @@ class Units(NamedTuple):
     def identity(cls, d):
         return cls(np.zeros(d), np.ones(d))
 
+    def map_moments(self, moments):
+        """The :class:`Moments` of the data in these units, ``z = (x - x_shift) W``: mean ``(m - x_shift) W``
+        and second moments ``E[z z^T] = W^T E[(x - x_shift)(x - x_shift)^T] W``, per feature where the moments
+        are (``E[z_j^2] = E[(x_j - x_shift_j)^2] W_j^2``, a diagonal map); the responses' left out."""
+        m, c = moments.mean, self.x_shift
+        if np.ndim(moments.second) == 1:
+            w = self.x_map if self.x_map.ndim == 1 else np.diag(self.x_map)
+            return Moments((m - c) * w, (moments.second - 2.0 * c * m + c ** 2) * w ** 2, None, None)
+        W = np.diag(self.x_map) if self.x_map.ndim == 1 else self.x_map
+        about = moments.second - np.outer(c, m) - np.outer(m, c) + np.outer(c, c)
+        return Moments((m - c) @ W, W.T @ about @ W, None, None)
+
     @property
     def log_abs_det(self):
         """``log |det x_map|``: the map's log-Jacobian per sample of ``x``."""

@@ -142,3 +142,32 @@ def test_robust_to_the_outlier_client_where_plain_averaging_is_not():
                     covariance_type="identity")
     assert _error(robust.means_, mu, 5) < 0.35 < 2.0 < _error(averaged.means_, mu, 5)
     assert averaged.support_.sum() > 30 and robust.support_.sum() <= 5
+
+
+def test_screened_features_are_those_of_excess_variance():
+    from fedmm.initialization import screened_features
+    variances = np.ones(100)
+    variances[[3, 50]] = 1.5          # 1.5 against 1 + 6 sqrt(2 / 1000) = 1.27
+    variances[7] = 1.2                # within the noise of a variance from 1,000 rows
+    np.testing.assert_array_equal(screened_features(variances, 1000), [3, 50])
+    np.testing.assert_array_equal(screened_features(np.ones(5) + np.arange(5) * 1e-3, 1000), [4])   # none: the largest
+
+
+def test_the_screened_start_finds_the_clusters_where_the_dense_starts_do_not():
+    """At d = 3000, 10 clients of 100 rows, the dense starts' k-means and EM see mostly noise (issue 64's design
+    failed from d = 2000 on: the components collapse, error 2); the screened start (the default) keeps the
+    error of d = 100, in 3 queries after the units."""
+    X, mu = _design(d=3000, s=10, K=10, n=100, sep=4.0)
+    screened = _fit(X, covariance_type="identity")
+    dense = _fit(X, covariance_type="identity", init="pooled-and-local")
+    assert _error(screened.means_, mu, 10) < 0.5 < 1.0 < _error(dense.means_, mu, 10)
+    queries = list(screened.communication_["query"])
+    assert queries[:5] == ["hello", "units", "family_start", "loglik", "user_start"] and 10 in screened.suspected_outliers_
+
+
+def test_the_screened_start_needs_the_features_variances():
+    X, _ = _design(d=20, K=4, outlier=False)
+    with pytest.raises(ValueError, match="init='screened'.*'identity' or 'spherical'"):
+        _fit(X, covariance_type="diag", init="screened")
+    spherical = _fit(X, covariance_type="spherical", init="screened")
+    assert spherical.support_[:3].all()

@@ -7,17 +7,17 @@ equal proportions; ``K = 10`` clients of ``n = 100`` rows whose means differ fro
 largest honest-client distance of a mean to its true value (the worse component, after the better of the two
 labellings per client). Methods, all with ``covariance_type="identity"`` (the model):
 
-- ``sparse-fedgrem``: the method, with ``sparse_about="origin"`` (the means sparse about 0, as designed);
+- ``sparse-fedgrem``: the method, with ``sparse_about="origin"`` (the means sparse about 0, as designed), from
+  its default start (``init="screened"``: the clients' k-means on the features of excess pooled variance);
 - ``fedgrem``: dense FedGrEM (defaults);
 - ``local sparse``: sparse-fedgrem fitted on each client alone (the local sparse EM);
 - ``local em``: dense local EM;
-- ``sparse, spectral start``: sparse-fedgrem from :func:`spectral_start` (``means_init``), a sparse start from
-  the pooled moments;
+- ``sparse, dense start``: sparse-fedgrem from dense FedGrEM's start (``init="pooled-and-local"``), its default
+  before the screened start;
 - ``oracle``: EM (fedmm's pooled EM, ``n_init=5``) on the honest clients' pooled rows restricted to the true
   support, zero elsewhere.
 
-The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``center_`` (from the spectral
-start, :func:`spectral_start`, so that the estimator's rate is measured, not its start's), against ``d`` at
+The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``center_``, against ``d`` at
 ``n = 100`` and against ``n`` at ``d = 500``; the slopes of ``log error`` against ``log log d`` and
 ``log(1 / n)`` (least squares) beside the theory's 0.5 and 0.5 (:func:`fedmm.theory.sparse_rate`, error
 ``sqrt(s log d / n)``). The speed study (``--speed``): ``K = 100`` clients of 100 rows, timed per ``d``, with
@@ -95,41 +95,19 @@ def oracle(X_honest, d, seed):
     return full
 
 
-def spectral_start(X, n_screen=None):
-    """(2, d) starting means from pooled sums alone: the features whose pooled variance (fedmm's units' per-feature
-    moments, trim of far clients) exceeds the median's by more than 6 robust standard deviations of a variance
-    estimate (``sqrt(2 / n)`` relative), then the top eigenvector ``v`` of the pooled covariance on them (a second
-    query: each client's sums of ``x x^T`` on those features), the means ``m +- sqrt(lambda - 1) v`` (identity noise: covariance ``I + delta
-    delta^T / 4`` for two equal components ``delta`` apart). A proof of concept for a sparse start (issue 64,
-    what is left): the fit's own starts are dense."""
-    data = FederatedData.from_input(X)
-    moments = pooled_moments(data)
-    var = moments.second - moments.mean ** 2
-    n = data.n_samples.sum()
-    keep = np.flatnonzero(var > np.median(var) * (1.0 + 6.0 * np.sqrt(2.0 / n)))
-    if len(keep) == 0:
-        keep = np.argsort(var)[-1:]
-    mean = moments.mean[keep]
-    second = sum(x[:, keep].T @ x[:, keep] for x in X) / n
-    lam, vec = np.linalg.eigh(second - np.outer(mean, mean))
-    v = np.zeros(len(var))
-    v[keep] = vec[:, -1] * np.sqrt(max(lam[-1] - np.median(var), 1e-3))
-    return np.stack([moments.mean + v, moments.mean - v])
-
-
 def one_setting(d, seed):
     """Errors of every method and the support recovery of sparse-fedgrem at one ``d`` and seed."""
     X, means = make_sparse_gmm(d, seed=seed)
     honest = X[:K]
     sparse = _fit(X, "sparse-fedgrem", seed)
-    screened = _fit(X, "sparse-fedgrem", seed, means_init=spectral_start(X))
+    dense_start = _fit(X, "sparse-fedgrem", seed, init="pooled-and-local")
     dense = _fit(X, "fedgrem", seed)
     local_sparse = np.stack([_fit([x], "sparse-fedgrem", seed).means_[0] for x in honest])
     local = _fit(honest, "local-em", seed).means_
     best = oracle(honest, d, seed)
     support = sparse.support_
     return {"sparse-fedgrem": worst_error(sparse.means_[:K], means),
-            "sparse, spectral start": worst_error(screened.means_[:K], means),
+            "sparse, dense start": worst_error(dense_start.means_[:K], means),
             "fedgrem": worst_error(dense.means_[:K], means),
             "local sparse": worst_error(local_sparse, means), "local em": worst_error(local, means),
             "oracle": worst_error(np.broadcast_to(best, means.shape), means),
@@ -149,7 +127,7 @@ def error_table(ds, seeds):
     return rows
 
 
-METHODS = ("sparse-fedgrem", "sparse, spectral start", "fedgrem", "local sparse", "local em", "oracle")
+METHODS = ("sparse-fedgrem", "sparse, dense start", "fedgrem", "local sparse", "local em", "oracle")
 
 
 def slope(x, y):
@@ -159,7 +137,7 @@ def slope(x, y):
 def centre_error(d, n, seed, thresholding):
     X, means = make_sparse_gmm(d, n_samples=n, h=0.0, outlier=False, seed=seed)
     method = SparseFedGrEM(thresholding=thresholding, sparse_about="origin")
-    center = _fit(X, method, seed, means_init=spectral_start(X)).center_   # the estimator's rate, not the start's
+    center = _fit(X, method, seed).center_
     return worst_error([center], means[:1])
 
 
@@ -181,7 +159,7 @@ def rate_study(seeds, quick):
 
 
 def speed_study(ds, n_clients=100):
-    print(f"\nspeed: {n_clients} clients of {N_ROWS} rows, sparse-fedgrem (identity), one start")
+    print(f"\nspeed: {n_clients} clients of {N_ROWS} rows, sparse-fedgrem (identity), its default start")
     for d in ds:
         X, _ = make_sparse_gmm(d, n_clients=n_clients, seed=0)
         t0 = time.perf_counter()
@@ -252,8 +230,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="d in {50, 200}, 2 seeds")
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--d", type=str, default=None, help="comma-separated d of the error table (5000: the issue's "
-                        "upper end, hours here: the moments' d x d sums)")
+    parser.add_argument("--d", type=str, default=None, help="comma-separated d of the error table (default 100 to "
+                        "2000)")
     parser.add_argument("--rate", action="store_true", help="also the rate study (slopes)")
     parser.add_argument("--speed", type=str, default=None, help="comma-separated d for the speed study (K = 100)")
     parser.add_argument("--round", type=str, default=None, help="comma-separated d: one round's cost (K = 100)")

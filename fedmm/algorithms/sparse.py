@@ -155,6 +155,11 @@ class SparseFedGrEM(FedGrEM):
         FedGrEM's (:class:`~fedmm.algorithms.fedgrem.FedGrEM`). Variances are FedGrEM's, at the central
         update's means (before the threshold).
 
+    Its default start (``init="auto"``) is ``"screened"`` (:func:`fedmm.initialization.screened_start`) where the
+    covariances keep the features' relative variances (identity, spherical): the dense starts' k-means and EM
+    see mostly noise at ``n < d`` and from ``d = 2000`` on the issue's design no longer find the clusters;
+    FedGrEM's ``"pooled-and-local"`` elsewhere.
+
     Fitted attributes: FedGrEM's, with ``center_`` and ``centers_`` the thresholded centres, plus
     ``support_`` (n_features,), bool: the features on which some component of the largest group's centre
     differs from the origin of the fitting units.
@@ -162,6 +167,7 @@ class SparseFedGrEM(FedGrEM):
 
     name = "sparse-fedgrem"
     models = ("gmm",)
+    default_init = "screened"
     _parameter_constraints = {**FedGrEM._parameter_constraints,
                               "threshold_scale": P.real(0.0, np.inf, low_open=True, high_open=True),
                               "thresholding": P.one_of(*THRESHOLDINGS),

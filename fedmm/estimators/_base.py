@@ -195,8 +195,10 @@ class _FederatedMixture(BaseEstimator, ABC):
         if privacy is not None:
             return self._fit_private(strategy, family, clients, client_ids, privacy.validate(), rng)
         # Fit in the standard units the model is equivariant under, then map back (docs/units.md).
-        units = family.units(clients.moments())
+        moments = clients.moments()
+        units = family.units(moments)
         clients.set_units(units)
+        moments = units.map_moments(moments)   # in the fit's units (init="screened")
         user = self._user_start(family, units, clients.n_clients, self.n_features_in_)
         jacobian = _log_jacobian(units, family.needs_y)  # log-likelihoods back in the data's units, per sample
         # Choices made on held-out folds draw from a copy of the random state, so that the final fit is the
@@ -205,7 +207,7 @@ class _FederatedMixture(BaseEstimator, ABC):
 
         def fit_each(train, candidates):
             """Every candidate from the same starts: the comparison is paired."""
-            starts = self._starts(family, train, candidates[0], cv_rng, user)
+            starts = self._starts(family, train, candidates[0], cv_rng, user, moments)
             return [self._estimate(family, train, fit, cv_rng, user, starts)[0].params for fit in candidates]
         strategy, selection = strategy.tune(fit_each, clients, cv_rng)
         if selection is not None:
@@ -214,7 +216,7 @@ class _FederatedMixture(BaseEstimator, ABC):
         self.penalty_selection_ = selection
 
         progress = Progress(self.verbose, offset=jacobian)
-        result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress)
+        result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress, moments=moments)
         used = strategy.used_models(result.diagnostics)
         if used is not None:  # each client reports the model it relies on (FedeRiCo), and its likelihood under it
             reported = result.params.take(used)
@@ -317,13 +319,15 @@ class _FederatedMixture(BaseEstimator, ABC):
                           "other starts (n_init).", ConvergenceWarning, stacklevel=3)
         return self
 
-    def _starts(self, family, data, strategy, rng, user):
+    def _starts(self, family, data, strategy, rng, user, moments=None):
         return make_starts(family, strategy, data, self.n_components, init=self.init, n_init=self.n_init,
-                           max_iter=self.max_iter, tol=self.tol, alignment=self.alignment, random_state=rng, user=user)
+                           max_iter=self.max_iter, tol=self.tol, alignment=self.alignment, random_state=rng, user=user,
+                           moments=moments)
 
-    def _estimate(self, family, data, strategy, rng, user, starts=None, progress=None):
-        """Starts (unless given), rounds and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
-        starts = self._starts(family, data, strategy, rng, user) if starts is None else starts
+    def _estimate(self, family, data, strategy, rng, user, starts=None, progress=None, moments=None):
+        """Starts (unless given; ``moments``, the pooled ones in standard units, for ``init="screened"``), rounds
+        and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
+        starts = self._starts(family, data, strategy, rng, user, moments) if starts is None else starts
         participation = None
         fraction, dropout = getattr(strategy, "participation", 1.0), getattr(strategy, "dropout", 0.0)
         if fraction < 1.0 or dropout > 0.0:
@@ -651,7 +655,8 @@ _SHARED_PARAMS_DOC = """
         than its fixed point (hence more than scikit-learn's 100).
     tol : float, default=1e-3
         Stop when no client's mean log-likelihood per sample changes by this much.
-    init : {"auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local"}, default="auto"
+    init : {"auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened"}, \
+            default="auto"
         How starts are made (``docs/alignment.md``, ``docs/units.md``), each from what the clients send
         (never their rows, so every start runs across parties): the
         family's start on each client (for methods that share one estimate, the clients' starts
@@ -660,8 +665,11 @@ _SHARED_PARAMS_DOC = """
         all clients, EM with pooled components and each client's own
         proportions, trimmed of the clients it fits worst, or both of the
         last two (the second kept
-        only where the method finds it better). "auto" is the method's default
-        ("pooled-and-local" for FedGrEM, "local-em" for TGMM, "family" for FedEM and the local and pooled
+        only where the method finds it better), or the family's start on the features of excess pooled
+        variance only (many features of which few separate the components; identity or spherical
+        covariances). "auto" is the method's default
+        ("pooled-and-local" for FedGrEM, "screened" for sparse FedGrEM where the covariances allow it,
+        "local-em" for TGMM, "family" for FedEM and the local and pooled
         methods, "common" for D-FedEM). Ignored when
         initial values are given.
     alignment : {"consensus", "stepwise", "greedy", "exhaustive"} or None, default="consensus"

@@ -272,8 +272,13 @@ def _units(session, values, request):
 
 
 def _family_start(session, values, request):
-    return flatten(client_family_starts(session.family, session.data, int(request["n_components"]),
-                                        [int(request["seed"])]))
+    data = session.data
+    if "features" in values:   # init="screened": a start on those features only
+        features = np.asarray(values["features"], dtype=np.int64)
+        if features.ndim != 1 or not features.size or features.min() < 0 or features.max() >= data.X.shape[1]:
+            raise ValueError(f"features {features!r} are not a list of this client's {data.X.shape[1]} features")
+        data = data.with_X(np.ascontiguousarray(data.X[:, features]))
+    return flatten(client_family_starts(session.family, data, int(request["n_components"]), [int(request["seed"])]))
 
 
 def _user_start(session, values, request):

@@ -244,15 +244,16 @@ class FlowerClients:
         # check off (a scale of 1.7e308) or set it below the others' data.
         self.data_scale = float(np.median([replies[k]["scale"][0] for k in sorted(replies)]))
 
-    def family_starts(self, seeds, n_components, which=None):
+    def family_starts(self, seeds, n_components, which=None, features=None):
         index = np.arange(self.n_clients) if which is None else np.asarray(which)
         # A start of its own needs n_components rows. In one process too few rows are the user's data, and the fit
         # raises (LocalClients.family_starts); here they are a party's claim, and the party leaves.
         self._reject([Rejection(self.nodes[k], "family_start", f"n = {self.n_samples[k]} samples, fewer than "
                                 f"n_components={n_components}: it cannot make its own start")
                       for k in index if self.n_samples[k] < n_components], required=True)
-        params = self._params_template(n_components)
-        replies = self._ask("family_start", [{}] * len(index), self._params_check(params), index,
+        params = self._params_template(n_components, None if features is None else len(features))
+        sent = {} if features is None else {"features": np.asarray(features, dtype=np.int64)}
+        replies = self._ask("family_start", [sent] * len(index), self._params_check(params), index,
                             required=True, config_rows=[{"seed": int(s), "n_components": int(n_components)}
                                                         for s in seeds])
         return stack([unflatten(MixtureParams, replies[k]) for k in index])
@@ -410,17 +411,19 @@ class FlowerClients:
 
     # --- what a valid reply looks like -------------------------------------------------
 
-    def _params_template(self, n_components):
-        """Parameters of the right shapes, from a start the server makes on synthetic rows (no client's)."""
+    def _params_template(self, n_components, n_features=None):
+        """Parameters of the right shapes, from a start the server makes on synthetic rows (no client's); on
+        ``n_features`` features (a start on some features only, not kept as the fit's template)."""
         rng = np.random.RandomState(0)
         n = 4 * n_components + 4
         y = [rng.standard_normal(n)] if self.family.needs_y else None
-        dummy = FederatedData.from_input([rng.standard_normal((n, self.n_features))], y,
+        dummy = FederatedData.from_input([rng.standard_normal((n, n_features or self.n_features))], y,
                                          require_y=self.family.needs_y)
         dummy = dummy.with_X(self.family.design(dummy.X))
         params = client_family_starts(self.family, dummy, n_components, [0])
-        stats = self.family.estep(dummy, params)[1]
-        self._stats_type, self._template = type(stats), (params, stats)
+        if n_features is None:
+            stats = self.family.estep(dummy, params)[1]
+            self._stats_type, self._template = type(stats), (params, stats)
         return params
 
     def _message_template(self, R, sends_stats):
