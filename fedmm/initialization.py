@@ -44,9 +44,11 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
   (the screening step of IF-PCA, Jin & Wang, Ann. Stat. 2016; variance screening, Azizyan, Singh & Wasserman,
   NeurIPS 2013), then the clients' own family starts on those features only, clustered by the server
   (:func:`clustered_start`); elsewhere the means start at the pooled mean, and every client fits its
-  variances to that start (as to a user's means). One start. It needs the features' variances in the fit's
-  units: identity or spherical covariances (diagonal, full and tied units scale every feature to variance 1).
-  Sparse FedGrEM's default where it can run, ``"pooled-and-local"`` elsewhere.
+  variances to that start (as to a user's means). One start. Where no feature stands out (the components
+  differ on half the features or more, or weakly on many), there is no sparse structure to start from, and
+  the start is ``"pooled-and-local"``'s. It needs the features' variances in the fit's units: identity or
+  spherical covariances (diagonal, full and tied units scale every feature to variance 1). Sparse FedGrEM's
+  default where it can run, ``"pooled-and-local"`` elsewhere.
 - user-supplied weights and parameters: one start.
 
 ``"auto"`` is the method's own default (``Strategy.default_init``).
@@ -65,7 +67,8 @@ from .robust import TRIM, client_seeds, first_best, trusted_sizes
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened")
 #: A feature enters the screened start where its pooled variance exceeds the median feature's by this many
 #: standard errors of a variance estimate from ``n`` rows, ``sqrt(2 / n)`` relative (Gaussian noise): a
-#: noise feature passes about once in 10^9.
+#: Gaussian noise feature passes with probability 4e-7 at ``n = 100`` and 1e-8 at 1,000 (the chi-square's
+#: right tail is heavier than the normal's), heavier-tailed noise more often.
 SCREEN = 6.0
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
@@ -203,7 +206,10 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
     if init == "screened":
-        return [(screened_start(family, clients, n_components, moments, random_state), None)]
+        keep = _screen(family, clients, moments)
+        if keep.size:
+            return [(screened_start(family, clients, n_components, moments, keep, random_state), None)]
+        init = "pooled-and-local"   # no feature stands out: no sparse structure to start from
     if init in ("trimmed-pooled", "pooled-and-local"):
         # The two starts side by side (fedmm.engine.drive): their rounds share messages.
         starts = [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state)]
@@ -227,34 +233,39 @@ def screenable(family):
 
 def screened_features(variances, n):
     """The features whose variance (d,), pooled over ``n`` rows, exceeds the median feature's by more than
-    :data:`SCREEN` standard errors (``sqrt(2 / n)`` of it); the largest alone where none does."""
-    median = np.median(variances)
-    keep = np.flatnonzero(variances > median * (1.0 + SCREEN * np.sqrt(2.0 / n)))
-    return keep if keep.size else np.argsort(variances)[-1:]
+    :data:`SCREEN` standard errors (``sqrt(2 / n)`` of it); none where none does."""
+    return np.flatnonzero(variances > np.median(variances) * (1.0 + SCREEN * np.sqrt(2.0 / n)))
 
 
-def screened_start(family, clients, n_components, moments, random_state, trim=TRIM):
-    """``init="screened"`` (module docstring). The clients that can send their family starts on the
-    :func:`screened_features` once; as in :func:`trimmed_pooled_start`, each of :data:`CANDIDATES` candidates is
+def _screen(family, clients, moments):
+    """``init="screened"``'s features (:func:`screened_features` of the pooled ``moments``), or a clear error
+    where the family's units do not keep the features' variances."""
+    if not screenable(family) or moments is None:
+        raise ValueError("init='screened' selects features by their pooled variance: it is for Gaussian mixtures "
+                         "with covariance_type 'identity' or 'spherical', whose units keep the features' "
+                         f"variances; got {getattr(family, 'covariance_type', 'a mixture of regressions')!r}. Use "
+                         "another init, or give initial values.")
+    return screened_features(moments.second - moments.mean ** 2, trusted_sizes(clients.n_samples).sum())
+
+
+def screened_start(family, clients, n_components, moments, keep, random_state):
+    """``init="screened"`` (module docstring) on the features ``keep``. The clients that can send their family
+    starts on those features once; as in :func:`trimmed_pooled_start`, each of :data:`CANDIDATES` candidates is
     the server's :func:`clustered_start` of a random half of them (a start from all clients can hold an outlier
     client's component), put at the pooled mean on the other features with the noise's variance (the median
-    feature's, spherical); the clients score all candidates in one query, the best trimmed log-likelihood
-    (:func:`~fedmm.algorithms.pooled.trimmed_loglik`) wins, and every client fits its variances to it."""
-    return drive(clients, [_screened(family, clients, n_components, moments, random_state, trim)])[0]
+    feature's, spherical); the clients score all candidates in one query and the one the median client fits
+    best per sample wins (a client whose rows sit on one point fits a component there beyond what any data
+    can, and would carry a mean, even a trimmed one; no minority of clients moves the median); every client
+    then fits its variances to it."""
+    return drive(clients, [_screened(family, clients, n_components, moments, keep, random_state)])[0]
 
 
-def _screened(family, clients, n_components, moments, random_state, trim=TRIM):
+def _screened(family, clients, n_components, moments, keep, random_state):
     """:func:`screened_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
-    if not screenable(family) or moments is None:
-        raise ValueError("init='screened' selects features by their pooled variance, which the fit's units keep "
-                         "only with covariance_type 'identity' or 'spherical' (a Gaussian mixture's); got "
-                         f"{getattr(family, 'covariance_type', type(family).__name__)!r}. Use another init, or "
-                         "give initial values (means_init).")
-    variances = moments.second - moments.mean ** 2
-    keep = screened_features(variances, trusted_sizes(clients.n_samples).sum())
     able = _able_clients(clients.n_samples, n_components)
     starts = clients.family_starts(client_seeds(random_state, able.size), n_components, able, features=keep)
     sizes = trusted_sizes(clients.n_samples)[able]
+    noise = np.median(moments.second - moments.mean ** 2)
     candidates = []
     for _ in range(CANDIDATES):
         half = np.sort(random_state.choice(able.size, size=(able.size + 1) // 2, replace=False)) \
@@ -262,10 +273,10 @@ def _screened(family, clients, n_components, moments, random_state, trim=TRIM):
         on_keep = clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
         theta = np.broadcast_to(moments.mean, (1, n_components, len(moments.mean))).copy()
         theta[..., keep] = on_keep.theta
-        scale = np.full(on_keep.scale.shape, np.median(variances)) if family.estimates_scale else on_keep.scale
+        scale = np.full(on_keep.scale.shape, noise) if family.estimates_scale else on_keep.scale
         candidates.append(MixtureParams(on_keep.weights, theta, scale).broadcast(clients.n_clients))
     logliks = yield "spawn", [_loglik(candidate) for candidate in candidates]
-    best = candidates[first_best([trimmed_loglik(loglik, clients.n_samples, trim)[1] for loglik in logliks])]
+    best = candidates[first_best([np.median(loglik / clients.n_samples) for loglik in logliks])]
     return clients.user_start(best.weights[0], best.theta[0])
 
 

@@ -1,5 +1,6 @@
 """Sparse FedGrEM (issue 64): the threshold's formulas, support recovery, robustness, equivariance, registry."""
 
+import itertools
 import re
 import warnings
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_screened_features_are_those_of_excess_variance():
     variances[[3, 50]] = 1.5          # 1.5 against 1 + 6 sqrt(2 / 1000) = 1.27
     variances[7] = 1.2                # within the noise of a variance from 1,000 rows
     np.testing.assert_array_equal(screened_features(variances, 1000), [3, 50])
-    np.testing.assert_array_equal(screened_features(np.ones(5) + np.arange(5) * 1e-3, 1000), [4])   # none: the largest
+    assert screened_features(np.ones(5) + np.arange(5) * 1e-3, 1000).size == 0
 
 
 def test_the_screened_start_finds_the_clusters_where_the_dense_starts_do_not():
@@ -165,9 +166,53 @@ def test_the_screened_start_finds_the_clusters_where_the_dense_starts_do_not():
     assert queries[:5] == ["hello", "units", "family_start", "loglik", "user_start"] and 10 in screened.suspected_outliers_
 
 
+def _three_groups(d, s, scale, seed):
+    """Three components on ``s`` of ``d`` features (signs at random, ``scale`` apart from 0), unequal proportions and
+    client sizes, spherical noise of 1.5 (an outside audit's generator)."""
+    rng = np.random.default_rng(seed)
+    mu = np.zeros((3, d))
+    mu[:, :s] = rng.choice([-1, 1], size=(3, s)) * scale
+    X = [mu[rng.choice(3, size=n, p=(0.5, 0.3, 0.2))] + 1.5 * rng.normal(size=(n, d))
+         for n in (40, 80, 120, 200, 60, 150, 90, 100)]
+    return X, mu
+
+
+def _error_any_labels(means, mu, honest):
+    return max(min(np.linalg.norm(m[list(p)] - mu, axis=1).max() for p in itertools.permutations(range(len(mu))))
+               for m in means[:honest])
+
+
+def test_a_client_on_one_point_does_not_capture_the_screened_start():
+    """A client of 100 identical rows (zero-imputed data) fits a component on its point beyond what any data
+    can: scored by a trimmed mean of the clients' fits, candidates holding that component won (an outside audit:
+    error 6.65 against 0.98 clean); by the median client's, they lose."""
+    X, mu = _three_groups(300, 10, 2.25, seed=5)
+    clean = FederatedGaussianMixture(3, method="sparse-fedgrem", covariance_type="spherical", random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        attacked = FederatedGaussianMixture(3, method="sparse-fedgrem", covariance_type="spherical",
+                                            random_state=0).fit(X + [np.zeros((100, 300))])
+    assert _error_any_labels(attacked.means_, mu, 8) < 1.2 * _error_any_labels(clean.means_, mu, 8) < 1.5
+
+
+def test_no_feature_standing_out_gives_the_dense_start():
+    """Every feature informative (d = 5): no feature's variance stands out from the median's, the screen keeps
+    none, and the start is FedGrEM's (an outside audit: k-means on the one largest feature gave 5.08 against
+    0.12)."""
+    rng = np.random.default_rng(1)
+    mu = rng.choice([-1, 1], size=(3, 5)) * 1.5
+    X = [mu[rng.choice(3, size=n)] + rng.normal(size=(n, 5)) for n in (40, 80, 120, 200, 60, 150, 90, 100)]
+    gm = FederatedGaussianMixture(3, method="sparse-fedgrem", covariance_type="spherical", random_state=0).fit(X)
+    assert list(gm.communication_["query"][2:5]) == ["family_start", "family_start", "step"]
+    assert _error_any_labels(gm.means_, mu, 8) < 0.3
+
+
 def test_the_screened_start_needs_the_features_variances():
     X, _ = _design(d=20, K=4, outlier=False)
-    with pytest.raises(ValueError, match="init='screened'.*'identity' or 'spherical'"):
+    with pytest.raises(ValueError, match="init='screened'.*'identity' or 'spherical'.*got 'diag'"):
         _fit(X, covariance_type="diag", init="screened")
+    y = [x[:, 0] for x in X]
+    with pytest.raises(ValueError, match="got 'a mixture of regressions'"):
+        FederatedMixtureRegression(2, init="screened", random_state=0).fit(X, y)
     spherical = _fit(X, covariance_type="spherical", init="screened")
     assert spherical.support_[:3].all()
