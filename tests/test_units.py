@@ -67,6 +67,13 @@ def test_gaussian_mixtures_are_equivariant_to_scale_and_shift(method, covariance
         np.testing.assert_array_equal(new.pooled_, ref.pooled_)
     # Log-likelihoods move by the Jacobian only.
     np.testing.assert_allclose(new.log_likelihood_, ref.log_likelihood_ - np.log(scale).sum(), rtol=1e-6, atol=1e-6)
+    # A new client (personalize) too: its proportions, components and labels. Its proportions' EM stops where
+    # its log-likelihood per sample moves by less than tol (1e-3), so the two paths agree to that order, not 1e-6.
+    unseen = X[0][::2] + 0.3
+    mine, theirs = ref.personalize(unseen), new.personalize(unseen * scale + b)
+    np.testing.assert_allclose(theirs.weights_, mine.weights_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(theirs.params_.theta, mine.params_.theta * scale + b, rtol=1e-4, atol=1e-5 * size)
+    np.testing.assert_array_equal(theirs.predict(unseen * scale + b), mine.predict(unseen))
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -573,10 +573,11 @@ class _PrivateProgress(Progress):
 class ClientMixture:
     """The mixture of one client that was not among the fitted ones, made by ``model.personalize``.
 
-    Its components are the model's consensus (``center_`` and the clients'
-    median variances), its proportions its own (FedEM Sec. 2.2 and 3.2: a
-    client unseen at training fits only its proportions, with no round with
-    the others). It evaluates through the model that made it: every method
+    Its proportions are its own (FedEM Sec. 2.2 and 3.2: a client unseen at
+    training fits them with no round with the others), its components those
+    the method gives one more client (:meth:`fedmm.algorithms.Strategy.new_client`:
+    the consensus, ``center_`` and the clients' median variances, or under
+    FedGrEM shrunk towards it, :func:`fedmm.algorithms.fedgrem.shrunk_client`). It evaluates through the model that made it: every method
     below is the model's own with ``client=`` this object, and the object
     itself can be passed as ``client=`` to the model.
 
