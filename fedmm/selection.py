@@ -1,8 +1,8 @@
 """Choosing the number of components (and the covariance type) of a federated mixture.
 
 Three criteria, each computed without pooling any data, and ``"fewest"``, the fewer components of BIC's and
-cross-validation's choices (``"auto"``, the default, is the method's own choice: ``"fewest"`` for FedGrEM,
-``"bic"`` for the others):
+cross-validation's choices, or of ICL's too where the clients differ (``"auto"``, the default, is the method's
+own choice: ``"fewest"`` for FedGrEM, ``"bic"`` for the others):
 
 - ``"bic"``: ``-2 loglik + log(n) * n_parameters`` (Schwarz 1978; lower is
   better), with the parameters the fit actually has
@@ -25,6 +25,20 @@ cross-validation's choices (``"auto"``, the default, is the method's own choice:
   one-standard-error rule, as FedGrEM's ``penalty="auto"`` does: the fewest
   components whose trimmed held-out likelihood is within one standard error
   (paired over clients) of the best.
+
+Why ``"fewest"`` for FedGrEM: where clients differ, each criterion alone can choose a component too many, BIC
+and cross-validation mostly in different data sets, hence the fewer of their choices. But where the clients'
+spread is comparable to the components', both can: FedGrEM shrinks each client's components towards the
+consensus, so part of the clients' differences stays in the fit's residuals, and one component more, split
+off next to another and shared by all clients, each client holding its own share of the two, follows each
+client's shift along the line between them. That fit is better in sample and held out (two components in two
+dimensions, clients moved by half the noise's scale: BIC chose three in 4 of 10 seeds, cross-validation in
+all 10). ICL's entropy term charges what such a split is, two components whose rows cannot be told apart: ICL
+was built against BIC's habit of covering one cluster that is not Gaussian with several components
+(Biernacki, Celeux & Govaert 2000), and the clients' shifts make each pooled cluster one. ICL also merges
+true components that overlap (two 2.5 noise scales apart), so it is asked only where the fit chosen by the
+other two leaves some client's component off the consensus (FedGrEM's ``pooled_``), the clients differing by
+FedGrEM's own test; where they agree the split has no differences to follow.
 
 The grid is ``n_components`` times, for Gaussian mixtures, ``covariance_types``
 (mclust's habit of comparing models over both), and the best setting is
@@ -61,7 +75,8 @@ class Selection(NamedTuple):
         otherwise) and ``"score"``, one entry per setting of the grid; the score
         is the criterion, lower is better (for ``"cv"`` the negated trimmed
         held-out log-likelihood per sample); NaN for BIC and ICL where the fit
-        had singular components.
+        had singular components ``"fewest"`` adds ``"bic"``, ``"icl"``
+        and ``"clients_differ"``.
     best_params : dict
         The estimator arguments of the chosen setting: the lowest score, or for
         ``"cv"`` the one-standard-error choice.
@@ -106,10 +121,14 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
         The data, in any layout ``fit`` takes (``y`` for regressions only).
     n_components : iterable of int, default=range(1, 10)
     criterion : {"auto", "bic", "icl", "cv", "fewest"}, default="auto"
-        "fewest": the fewer components of BIC's and cross-validation's choices (the latter's on a tie; the
-        table's ``"score"`` is cross-validation's, ``"bic"`` BIC's). "auto": the method's own
-        (:attr:`fedmm.methods.Method.selection_criterion`): ``"fewest"`` for FedGrEM, where each of the two
-        can prefer too many components when clients differ (``docs/selection.md``), ``"bic"`` for the others.
+        "fewest": the fewer components of BIC's and cross-validation's choices (the latter's on a tie), and of
+        ICL's too where that choice's fit leaves some client's component off the consensus (``pooled_``;
+        methods without it: never). The table's ``"score"`` is cross-validation's, ``"bic"`` BIC's, ``"icl"``
+        ICL's (from the same fits) and ``"clients_differ"`` says which fits left a client off. "auto": the
+        method's own
+        (:attr:`fedmm.methods.Method.selection_criterion`): ``"fewest"`` for FedGrEM, where BIC and
+        cross-validation can prefer too many components when clients differ (module docstring,
+        ``docs/selection.md``), ``"bic"`` for the others.
     covariance_types : sequence of str, optional
         Gaussian mixtures: also compare these covariance types (default: the estimator's own).
     n_folds : int, default=5
@@ -146,47 +165,60 @@ def select_n_components(estimator, X, y=None, groups=None, n_components=range(1,
                 for kind in kinds for R in grid_R]
     table = {"n_components": np.array([s["n_components"] for s in settings]),
              "covariance_type": np.array([s.get("covariance_type") for s in settings], dtype=object)}
-    score = lambda name: _choice(estimator, Xs, ys, settings, name, data.n_samples, n_folds, trim,  # noqa: E731
-                                 random_state)
+    score = lambda names: _choices(estimator, Xs, ys, settings, names, data.n_samples, n_folds,  # noqa: E731
+                                   trim, random_state)
+    fewest = lambda *choices: min(choices, key=lambda choice: choice["n_components"])  # noqa: E731
     if criterion == "fewest":
-        # Each criterion errs towards too many components in its own way (docs/selection.md): the fewer wins,
-        # held-out likelihood's on a tie.
-        (cv, table["score"]), (bic, table["bic"]) = score("cv"), score("bic")
-        best = min((cv, bic), key=lambda choice: choice["n_components"])
+        # BIC and cross-validation err towards too many components in their own ways: the fewer wins, held-out
+        # likelihood's on a tie. Where that fit's clients differ, both can choose a component that follows their
+        # differences, which ICL charges (module docstring).
+        ([(cv, table["score"])], _), ([(bic, table["bic"]), (icl, table["icl"])], table["clients_differ"]) = \
+            score(("cv",)), score(("bic", "icl"))
+        best = fewest(cv, bic)
+        if table["clients_differ"][settings.index(best)]:
+            best = fewest(best, icl)
     else:
-        best, table["score"] = score(criterion)
+        [(best, table["score"])], _ = score((criterion,))
     refit = clone(estimator).set_params(**best)
     refit.fit(Xs, ys) if needs_y else refit.fit(Xs)
     return Selection(criterion, table, best, refit)
 
 
-def _choice(estimator, Xs, ys, settings, criterion, n_samples, n_folds, trim, random_state):
-    """``(best setting, scores)`` of one criterion over the grid ``settings`` (lower scores are better)."""
-    folds = client_folds(n_samples, n_folds, check_random_state(random_state)) if criterion == "cv" else None
-    scores = [_score(clone(estimator).set_params(**params), Xs, ys, criterion, folds, n_folds) for params in settings]
-    if criterion == "cv":
+def _choices(estimator, Xs, ys, settings, criteria, n_samples, n_folds, trim, random_state):
+    """``([(best setting, scores), ...], differ)`` over the grid ``settings``, one pair for each of ``criteria``
+    (lower scores are better): ``("cv",)``, or information criteria, which share each setting's fit; ``differ``
+    (settings,): whether each fit left some client's component off the consensus (None for ``"cv"``)."""
+    if criteria == ("cv",):
+        folds = client_folds(n_samples, n_folds, check_random_state(random_state))
         # (settings, K'): the clients with held-out samples (a client with one keeps it for training, client_fold)
-        client_scores = np.array(scores)[:, n_samples > 1]
+        client_scores = np.array([_held_out(clone(estimator).set_params(**params), Xs, ys, folds, n_folds)
+                                  for params in settings])[:, n_samples > 1]
         fewest_first = np.argsort([s["n_components"] for s in settings], kind="stable")
-        return (settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]],
-                np.array([-trimmed_mean(c, trim) for c in client_scores]))
-    scores = np.array(scores)
+        return [(settings[fewest_first[one_standard_error(client_scores[fewest_first], trim)]],
+                 np.array([-trimmed_mean(c, trim) for c in client_scores]))], None
+    fits = [_information(clone(estimator).set_params(**params), Xs, ys, criteria) for params in settings]
+    scores = np.array([scores for scores, _ in fits])
     if np.isnan(scores).all():
         raise ValueError(f"Every setting's fit has singular components (fewer samples than a component's own "
-                         f"variance needs), so none has a {criterion.upper()}: try fewer components, a simpler "
-                         "covariance_type or noise model, or criterion='cv'.")
-    return settings[int(np.nanargmin(scores))], scores
+                         f"variance needs), so none has a {' or '.join(c.upper() for c in criteria)}: try fewer "
+                         "components, a simpler covariance_type or noise model, or criterion='cv'.")
+    return [(settings[int(np.nanargmin(column))], column) for column in scores.T], np.array([d for _, d in fits])
 
 
-def _score(model, Xs, ys, criterion, folds, n_folds):
-    """The criterion of one setting (lower is better), or for ``"cv"`` each client's mean held-out
-    log-likelihood per sample (K,)."""
+def _information(model, Xs, ys, criteria):
+    """``(scores, differ)``: the information ``criteria`` of one setting's fit (lower is better; NaN where it has
+    singular components), and whether the fit left some client's component off the consensus (``pooled_``)."""
     args = (Xs, ys) if ys is not None else (Xs,)
-    if criterion != "cv":
-        with warnings.catch_warnings():  # reported as a missing score instead
-            warnings.simplefilter("ignore", SingularComponentWarning)
-            model.fit(*args)
-        return np.nan if model.singular_components_.any() else getattr(model, criterion)(*args)
+    with warnings.catch_warnings():  # reported as a missing score instead
+        warnings.simplefilter("ignore", SingularComponentWarning)
+        model.fit(*args)
+    scores = [np.nan if model.singular_components_.any() else getattr(model, name)(*args) for name in criteria]
+    return scores, not getattr(model, "pooled_", np.ones(1, dtype=bool)).all()
+
+
+def _held_out(model, Xs, ys, folds, n_folds):
+    """Each client's mean held-out log-likelihood per sample (K,) over the ``folds`` of one setting."""
+    args = (Xs, ys) if ys is not None else (Xs,)
     held_out = [np.zeros(len(Xk)) for Xk in Xs]
     for v in range(n_folds):
         train = [f != v for f in folds]

@@ -191,8 +191,8 @@ def test_cross_validation_scores_only_clients_with_held_out_samples():
 
 def test_the_default_criterion_is_the_methods_own(data):
     """criterion="auto": for FedGrEM, whose parameter count falls as components pool, the fewer of BIC's and
-    held-out likelihood's choices (issue 43: each alone missed on heterogeneous federations); BIC for the
-    others."""
+    held-out likelihood's choices, and of ICL's where the clients differ (issues 43 and 61: each alone missed on
+    heterogeneous federations); BIC for the others."""
     assert FedGrEM().selection_criterion == "fewest"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -201,15 +201,36 @@ def test_the_default_criterion_is_the_methods_own(data):
         fedem = select_n_components(FederatedGaussianMixture(method="fedem", max_iter=50, random_state=0), data,
                                     n_components=[2, 3], random_state=0)
     assert fedgrem.criterion == "fewest" and fedem.criterion == "bic"
-    assert set(fedgrem.table) == {"n_components", "covariance_type", "score", "bic"}
+    assert set(fedgrem.table) == {"n_components", "covariance_type", "score", "bic", "icl", "clients_differ"}
     assert fedgrem.best_params["n_components"] == fedem.best_params["n_components"] == 3
 
 
-def test_fewest_takes_the_fewer_components_of_bic_and_cv(data, monkeypatch):
+def test_fewest_takes_the_fewer_components_of_bic_and_cv_and_of_icl_where_clients_differ(data, monkeypatch):
+    """Issue 61: where BIC and held-out likelihood both choose a component that follows the clients' differences,
+    ICL's choice is taken; where the chosen fit pools every client, it is not asked."""
     import fedmm.selection as selection
-    picks = {"cv": {"n_components": 3, "covariance_type": "diag"}, "bic": {"n_components": 2, "covariance_type": "diag"}}
-    monkeypatch.setattr(selection, "_choice", lambda est, Xs, ys, settings, name, *a: (picks[name], np.zeros(2)))
+    three, two, one = ({"n_components": R, "covariance_type": "diag"} for R in (3, 2, 1))
+    picks = {"cv": three, "bic": two, "icl": one}
+    differ = np.array([False, True])                                 # the fits at R = 2 and 3
+
+    def choices(est, Xs, ys, settings, names, *args):
+        return [(picks[name], np.zeros(2)) for name in names], None if names == ("cv",) else differ
+
+    monkeypatch.setattr(selection, "_choices", choices)
     model = FederatedGaussianMixture(max_iter=20, random_state=0)
-    assert select_n_components(model, data, n_components=[2, 3], criterion="fewest").best_params == picks["bic"]
-    picks["bic"] = {"n_components": 3, "covariance_type": "spherical"}          # a tie: cross-validation's
-    assert select_n_components(model, data, n_components=[2, 3], criterion="fewest").best_params == picks["cv"]
+    fewest = lambda: select_n_components(model, data, n_components=[2, 3], criterion="fewest").best_params  # noqa: E731
+    assert fewest() == two                                           # BIC's: its fit pools every client
+    picks["bic"] = three
+    assert fewest() == one                                           # both chose R = 3, whose clients differ
+    picks["icl"] = picks["bic"] = {"n_components": 3, "covariance_type": "spherical"}
+    assert fewest() == three                                         # a tie: cross-validation's
+
+
+def test_fewest_scores_bic_and_icl_on_the_same_fits(data):
+    selection = select_n_components(FederatedGaussianMixture(max_iter=50, random_state=0), data, n_components=[2, 3],
+                                    criterion="fewest", n_folds=2, random_state=0)
+    table = selection.table
+    for R, bic, icl, differ in zip(table["n_components"], table["bic"], table["icl"], table["clients_differ"]):
+        model = FederatedGaussianMixture(R, max_iter=50, random_state=0).fit(data)
+        assert np.isclose(model.bic(data), bic) and np.isclose(model.icl(data), icl)
+        assert differ == (not model.pooled_.all())
