@@ -250,8 +250,8 @@ class Strategy(BaseEstimator, ABC):
         return None
 
     #: The criterion :func:`fedmm.selection.select_n_components` uses by default: ``"bic"`` where the parameter count
-    #: does not depend on how far the fit pooled, ``"fewest"`` (BIC's or cross-validation's choice, the fewer)
-    #: where it does (FedGrEM).
+    #: does not depend on how far the fit pooled, ``"fewest"`` (BIC's or cross-validation's choice, the fewer, and
+    #: ICL's too where the clients differ: :func:`fedmm.selection.select_n_components`) where it does (FedGrEM).
     selection_criterion = "bic"
 
     def groups(self, diagnostics):
