@@ -44,6 +44,7 @@ def test_fedem_optimum_quick(capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 6 s: CI runs it beside the default run (.ci/run), which must stay under 5 minutes
 def test_bench_kernels_runs(capsys, tmp_path):
     """Smoke mode: tiny sizes, no timing targets (performance is measured by the script, not asserted here)."""
     assert _load("bench_kernels").main(["--smoke", "--figure", str(tmp_path / "perf.png")]) == 0
@@ -51,6 +52,7 @@ def test_bench_kernels_runs(capsys, tmp_path):
     assert "sklearn/numba" in out and "FedGrEM on the paper's simulation" in out
 
 
+@pytest.mark.slow  # 16 s: CI runs it beside the default run (.ci/run), which must stay under 5 minutes
 def test_realdata_script_runs_the_papers_protocol_on_natural_clients(capsys):
     """Smoke test of validation/realdata.py on the penguin studies (its targets are checked by hand;
     see docs/research/realdata.md): the table has every method and the mixture of regressions runs."""
