@@ -106,12 +106,14 @@ def test_paper_gmm_h0_full(capsys):
     assert _load("paper_gmm_h0").main([]) == 0
 
 
+@pytest.mark.slow  # 5 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_model_selection_quick(capsys):
     """BIC chooses the true number of components on the paper's design at h = 0 (quick: 2 seeds)."""
     assert _load("model_selection").main(["--quick"]) == 0
     assert "met: h=0, bic" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 4 s: in CI's slow steps (.ci/run)
 def test_decentralized_quick(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     assert _load("decentralized").main(["--quick", "--figure", str(tmp_path / "fig.png")]) == 0
