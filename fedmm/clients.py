@@ -176,8 +176,8 @@ class LocalClients:
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
-        d, responses = self.data.X.shape[1], self.data.y is not None
-        self._record("hello", None, 0, 1 + d + (d * d + 2 if responses else d))
+        shapes = self.family.moment_shapes(self.data.X.shape[1]).values()
+        self._record("hello", None, 0, sum(int(np.prod(shape)) for shape in shapes))
         return pooled_moments(self.data)
 
     def set_units(self, units, scale_reply=True):

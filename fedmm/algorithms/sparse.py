@@ -186,7 +186,7 @@ class SparseFedGrEM(FedGrEM):
     def server_start(self, family, start, n_k):
         if not isinstance(family, GaussianFamily):
             raise ValueError("method='sparse-fedgrem' fits Gaussian mixtures only for now (FederatedGaussianMixture); "
-                             "sparse mixtures of regressions are not supported yet.")
+                             f"{type(family).__name__}'s sparse mixtures are not supported yet.")
         broadcast, inner = super().server_start(family, start, n_k)
         return broadcast, SparseState(inner)
 

@@ -8,7 +8,8 @@ from ..data import FederatedData
 from ..families import RegressionFamily
 from ..families.regression import NOISE_MODES
 from ..methods import GradientStrategy
-from ._base import _ARRAY_OR_NONE, _SHARED_ATTRS_DOC, _SHARED_CONSTRAINTS, _SHARED_PARAMS_DOC, _FederatedMixture
+from ._base import _ARRAY_OR_NONE, _SHARED_CONSTRAINTS, _FederatedMixture
+from ._docs import _SHARED_ATTRS_DOC, _SHARED_PARAMS_DOC
 
 __all__ = ["FederatedMixtureRegression"]
 
@@ -62,6 +63,7 @@ class FederatedMixtureRegression(_FederatedMixture):
     (``docs/models.md``; ``tests/test_sklearn_checks.py`` checks that each fails for want of ``y`` only).
     """
 
+    model = "mor"
     _theta_init = "coef_init"
     _family_class = RegressionFamily
     _family_params = ("fit_intercept", "noise_variance", "precondition")

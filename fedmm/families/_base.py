@@ -13,6 +13,7 @@ import numpy as np
 
 from ..kernels import get_kernels
 from ..robust import client_median
+from ..units import Units
 
 # Added to responsibility sums before dividing, as scikit-learn does, so that
 # an empty component gives a finite (if meaningless) estimate instead of NaN.
@@ -82,6 +83,9 @@ class Family(ABC):
     """
 
     needs_y = False
+    #: Whether the family has a private form for :mod:`fedmm.privacy` (``whiten``, ``unwhiten``, ``whitened_sums``,
+    #: ``unit_scale``, ``estimates_scale``: :class:`GaussianFamily`'s); a private fit of any other is refused.
+    private_form = False
     #: Whether each component has its own estimated variance(s) (FedGrEM pools them with the means).
     scale_per_component = False
 
@@ -107,18 +111,29 @@ class Family(ABC):
         """``p``, the length of one ``theta_r``, for ``n_features`` input features."""
         return n_features
 
-    @abstractmethod
+    @classmethod
+    def moment_shapes(cls, n_features):
+        """The shapes of one client's sums for the units (:func:`fedmm.units.client_sums`), which a server checks
+        every client's reply against (:mod:`fedmm.flower`): ``n``, ``sum_x`` and each feature's ``sum_xx``, and
+        for a model of responses the whole ``sum x x^T`` with ``sum_y`` and ``sum_yy``."""
+        d = n_features
+        if cls.needs_y:
+            return {"n": (1,), "sum_x": (d,), "sum_xx": (d, d), "sum_y": (1,), "sum_yy": (1,)}
+        return {"n": (1,), "sum_x": (d,), "sum_xx": (d,)}
+
     def units(self, moments):
         """The change of units (:class:`fedmm.units.Units`) this model is equivariant under, from the pooled
-        :class:`fedmm.units.Moments`: the estimators fit in these standard units (``docs/units.md``)."""
+        :class:`fedmm.units.Moments`: the estimators fit in these standard units (``docs/units.md``). None (the
+        identity) unless overridden, for a model with no such map (counts, say)."""
+        return Units.identity(len(moments.mean))
 
-    @abstractmethod
     def to_original(self, params, units):
-        """Parameters fitted in standard units, mapped back to the data's units."""
+        """Parameters fitted in standard units, mapped back to the data's units (unchanged under the identity)."""
+        return params
 
-    @abstractmethod
     def to_internal(self, theta, units):
         """User-given component parameters (..., p) in the data's units, mapped into standard units."""
+        return theta
 
     def params_to_internal(self, params, units):
         """Fitted parameters in the data's units mapped into standard units, the inverse of
@@ -126,9 +141,9 @@ class Family(ABC):
         return params._replace(theta=self.to_internal(params.theta, units),
                                scale=self.scale_to_internal(params.scale, units))
 
-    @abstractmethod
     def scale_to_internal(self, scale, units):
         """Variances in the data's units mapped into standard units (:meth:`to_original`'s, inverted)."""
+        return scale
 
     @abstractmethod
     def estep(self, data, params):

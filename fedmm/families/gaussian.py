@@ -55,6 +55,8 @@ class GaussianFamily(Family):
         Kernel backend (see :func:`fedmm.kernels.get_kernels`).
     """
 
+    private_form = True
+
     def __init__(self, covariance_type="identity", reg_covar=1e-6, backend="numpy"):
         if covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}.")

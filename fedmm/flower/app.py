@@ -12,7 +12,8 @@ estimator the run config describes and saves it with joblib at ``out``:
 =================  ========================================================  ============
 run config key     meaning                                                   default
 =================  ========================================================  ============
-``model``          ``"gmm"`` (FederatedGaussianMixture) or ``"mor"``         ``"gmm"``
+``model``          a name of :data:`fedmm.estimators.MODELS` (``"gmm"``,      ``"gmm"``
+                   ``"mor"``, or a model of your own)
 ``n-components``   ``n_components``                                          5
 ``method``         a client-server method                                    ``"fedgrem"``
 ``method-options`` the method's own options, as a JSON object                ``"{}"``
@@ -35,9 +36,10 @@ import sys
 import joblib
 from flwr.serverapp import ServerApp
 
+from ..estimators import get_model
 from ..methods import METHODS
 from ..privacy import DifferentialPrivacy
-from .client import ESTIMATORS, client_app
+from .client import client_app
 from .server import fit
 
 __all__ = ["server", "client", "estimator_from_config", "PYPROJECT"]
@@ -82,15 +84,13 @@ progress = false
 privacy = ""
 """
 
-MODELS = {"gmm": "FederatedGaussianMixture", "mor": "FederatedMixtureRegression"}
-
 client = client_app()
 server = ServerApp()
 
 
 def estimator_from_config(run_config):
     """The unfitted estimator a run config describes (the table above)."""
-    cls = ESTIMATORS[MODELS[str(run_config.get("model", "gmm"))]]
+    cls = get_model(str(run_config.get("model", "gmm")))
     options = json.loads(str(run_config.get("method-options", "{}")))
     method = METHODS[str(run_config.get("method", "fedgrem"))](**options)
     privacy = str(run_config.get("privacy", ""))

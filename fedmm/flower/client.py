@@ -10,7 +10,7 @@ Queries (message type ``query.<action>``):
 ==============  =====================================================  ==============================
 action          the server sends                                       the client replies
 ==============  =====================================================  ==============================
-``hello``       the estimator's class and settings                     ``n``, sums of ``x``, ``x x^T``
+``hello``       the model's name and settings                          ``n``, sums of ``x``, ``x x^T``
                                                                        (and ``y``, ``y^2``)
 ``units``       the fit's standard units (:class:`fedmm.units.Units`)  the largest absolute value
 ``family_start``  a seed, ``n_components``                             its own start's parameters
@@ -56,10 +56,10 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-from .. import estimators
 from ..algorithms.pooled import TrimmedPooledEM
 from ..clients import client_family_starts, data_scale, fit_weights, user_start
 from ..data import FederatedData
+from ..estimators import get_model
 from ..families import MixtureParams
 from ..methods import METHODS
 from ..privacy import (OutsideBoundsWarning, clip_rows, clip_to_bounds, noised, outside_bounds_message,
@@ -70,11 +70,7 @@ from ..robust import client_fold
 from ..units import Units, client_sums
 from .codec import arrays, config, encode, flatten, prefixed, record_arrays, split_runs, unflatten
 
-__all__ = ["client_app", "load_from_config", "ESTIMATORS"]
-
-#: The estimators a server may ask a client to build (by class name).
-ESTIMATORS = {cls.__name__: cls for cls in (estimators.FederatedGaussianMixture,
-                                            estimators.FederatedMixtureRegression)}
+__all__ = ["client_app", "load_from_config"]
 
 
 def load_from_config(context):
@@ -168,8 +164,8 @@ def _name(context, action):
 
 def _hello(read):
     def answer(message, context, request):
-        cls = ESTIMATORS[request["estimator"]]
-        context.state["fedmm.model"] = ConfigRecord({"estimator": request["estimator"], "params": request["params"]})
+        cls = get_model(request["model"])
+        context.state["fedmm.model"] = ConfigRecord({"model": request["model"], "params": request["params"]})
         est = cls(**json.loads(request["params"]))
         if request.get("bounds") is not None:   # a private fit's public bounds: the client clips its rows into them
             context.state["fedmm.bounds"] = ConfigRecord({"bounds": request["bounds"]})
@@ -210,7 +206,7 @@ class _Session:
         self.read = read
         self.methods = methods
         model = context.state["fedmm.model"]
-        est = ESTIMATORS[model["estimator"]](**json.loads(model["params"]))
+        est = get_model(model["model"])(**json.loads(model["params"]))
         data = read(context, est)
         self.family = est.make_family(data.X.shape[0])
         self.context = context

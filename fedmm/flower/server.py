@@ -84,6 +84,9 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
     if strategy.name is None:
         raise ValueError(f"{type(strategy).__name__} has no name: a method run on Flower needs one (its class "
                          "attribute name), by which the clients' client_app(methods=...) know it.")
+    if estimator.model is None:
+        raise ValueError(f"{type(estimator).__name__} has no model name: a model fitted on Flower needs one (its "
+                         "class attribute model), by which the clients build it (fedmm.estimators.MODELS).")
     if not strategy.client_server or strategy.per_client:
         raise ValueError(f"method={estimator.method!r} is not a client-server method; on Flower use fedgrem, "
                          "fedem, pooled-em or pooled-grem.")
@@ -173,12 +176,11 @@ class FlowerClients:
         fit a client sends its size and its number of features only (its sums would be a release)."""
         est = self.estimator
         settings = json.dumps(est.family_params())
-        needs_y = est.needs_y
         private = getattr(est, "privacy", None) is not None
         # A private fit's public bounds go to every client, which clips its own rows into them and warns locally.
         bounds = {"bounds": json.dumps([np.asarray(b, dtype=float).tolist() for b in est.privacy.bounds])} \
             if private else {}
-        raw = self._send("hello", [{}] * self.n_clients, estimator=type(est).__name__, params=settings,
+        raw = self._send("hello", [{}] * self.n_clients, model=est.model, params=settings,
                          private=private, **bounds)
         name_ok = self._name_check(raw)
         if private:
@@ -196,8 +198,7 @@ class FlowerClients:
             raise ClientsRejected([Rejection(self.nodes[k], "hello", v if isinstance(v, str) else "no sums of x")
                                    for k, v in raw.items()])
         d = int(np.bincount(widths).argmax())  # the federation's feature count: most clients'
-        shapes = {"n": (1,), "sum_x": (d,), **({"sum_xx": (d, d), "sum_y": (1,), "sum_yy": (1,)} if needs_y else
-                                              {"sum_xx": (d,)})}   # per feature without responses (units)
+        shapes = est.moment_shapes(d)
         replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]) or name_ok(k),
                               required=True)
         sums = [replies[k] for k in range(self.n_clients)]
