@@ -80,6 +80,20 @@ def test_clients_that_keep_one_of_the_populations_components_are_not_a_group():
     assert len(_grouped(theta).centers) == 2
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_groups_that_share_some_components_get_a_centre_each(seed):
+    """Two groups of six alike in two of three components and 4 apart in the third (issue 61): a group each.
+    The rule that refused any candidate sharing a component with a centre gave them one centre (1.5x the
+    oracle's error in validation/every_client.py)."""
+    theta, truth = _clients([6, 6], seed)
+    theta[6:, :2] += (theta[:6, :2].mean(axis=0) - theta[6:, :2].mean(axis=0))
+    direction = np.random.RandomState(seed).randn(p)
+    theta[6:, 2] += theta[:6, 2].mean(axis=0) - theta[6:, 2].mean(axis=0) + 4.0 * direction / np.linalg.norm(
+        direction)
+    res = _grouped(theta)
+    assert adjusted_rand_score(truth, res.labels) == 1.0
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), order_seed=st.integers(0, 10 ** 6))
 def test_client_order_does_not_matter(seed, order_seed):

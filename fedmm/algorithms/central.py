@@ -649,18 +649,29 @@ def _with_centre(state, theta, threshold, omega, metric, min_clients, n_candidat
 
 
 def _relabels(estimate, centers, reach, metric=None):
-    """Whether a client's ``estimate`` (R, p) shares a component with one of ``centers`` (those that pool a
-    group): one of them within ``reach`` (R,) of the centre's under the best matching, in the client's
-    ``metric`` (R, p, p) if given. Label alignment
-    leaves some clients in another labelling, or in a poor local optimum that shares components with the
-    population's; they are the same population, and a centre of their own splits it by labelling or holds
-    them in the optimum (3,000 clients of 50 samples from one mixture, local-EM start: 21 groups with no
-    matching, 80 clients held in a poor optimum for 500 rounds when half the components had to match).
-    Groups here differ in every component."""
+    """Whether a client's ``estimate`` (R, p) is one of ``centers`` (those that pool a group) in another labelling
+    or in a poor local optimum, rather than a group of its own: distances within ``reach`` (R,) count as equal,
+    in the client's ``metric`` (R, p, p) if given. Under the best matching with a centre, the estimate is
+
+    - another labelling where every component matches;
+    - a poor optimum where some components match and the others hold a split: two of its components within
+      ``reach`` of each other, or within twice ``reach`` of one of the centre's components (a fitted mixture's
+      components are distinct; the halves of a split component lie about a threshold beyond the centre's).
+
+    Label alignment leaves some clients so; they are the same population, and a centre of their own splits it
+    by labelling or holds them in the optimum (3,000 clients of 50 samples from one mixture, local-EM start: 21
+    groups with no matching, 80 clients held in a poor optimum for 500 rounds when half the components had to
+    match). Groups may share components: some match and the others are apart from everything (two groups of
+    six that share two of three components had one centre when any match refused a group: 1.5x the oracle,
+    ``validation/every_client.py``)."""
+    within = reach[:, None]
+    split = (_norm(estimate[:, None] - estimate[None], None if metric is None else metric[:, None]) <= within)
+    split = (split & ~np.eye(len(estimate), dtype=bool)).any()
     for center in centers:
         d = _norm(estimate[:, None] - center[None], None if metric is None else metric[:, None])  # (R, R)
         rows, cols = linear_sum_assignment(d)
-        if (d[rows, cols] <= reach[rows]).any():
+        matched = d[rows, cols] <= reach[rows]
+        if matched.all() or (matched.any() and (split or ((d <= 2.0 * within).sum(axis=0) > 1).any())):
             return True
     return False
 
