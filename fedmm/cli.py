@@ -8,9 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .estimators import simulated_models
 from .methods import METHODS
 from .simulate import PAPER_CENTERS
 from .studies import ALL_METHODS, BACKENDS, METRIC_NAMES, format_table, plot_study, run_study, write_csv
+from .theory import MODELS as THEORY_MODELS
 
 DEMO_METHODS = ("fedgrem", "fedem", "tgmm", "local-em", "local-grem", "pooled-em", "pooled-grem")
 #: The most values of ``h`` a study takes: each is a setting of every method and replication.
@@ -137,7 +139,7 @@ def main(argv=None):
     p_demo.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
 
     p_sim = sub.add_parser("simulate", help="a simulation study on the FedGrEM paper's design (App. B.1)")
-    p_sim.add_argument("--model", choices=("gmm", "mor"), default="gmm")
+    p_sim.add_argument("--model", choices=simulated_models(), default="gmm")
     p_sim.add_argument("--h", type=parse_range, default="0:2:0.25",
                        help="heterogeneity levels >= 0: start:stop:step, or a,b,c (default 0:2:0.25)")
     p_sim.add_argument("--reps", type=count, default=10, help="replications per h (default 10)")
@@ -164,7 +166,7 @@ def main(argv=None):
     p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
     p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over Flower clients, simulated or each "
                               "a process of its own (flwr run; needs the 'flower' extra)")
-    p_flower.add_argument("--model", choices=("gmm", "mor"), default="gmm")
+    p_flower.add_argument("--model", choices=simulated_models(), default="gmm")
     p_flower.add_argument("--clients", type=_number(int, 2), default=None,
                           help="clients (default 10; 3 with --processes, where every query starts a process per "
                                "client)")
@@ -180,7 +182,7 @@ def main(argv=None):
     p_flower.add_argument("--tls", action="store_true",
                           help="with --processes: HTTPS under a certificate authority made for the run")
     p_bounds = sub.add_parser("bounds", help="the terms of FedGrEM's error bound and the dominant one")
-    p_bounds.add_argument("--model", choices=("gmm", "mor"), default="gmm")
+    p_bounds.add_argument("--model", choices=THEORY_MODELS, default="gmm")
     for name, kind, default, text in [
             ("n", count, 150, "samples per client"), ("K", count, 10, "number of clients"),
             ("d", count, 10, "dimension"), ("R", count, 5, "number of components"),

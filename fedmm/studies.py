@@ -20,10 +20,10 @@ from tqdm.auto import tqdm
 
 from . import threads
 from .data import SingularComponentWarning
-from .estimators import FederatedGaussianMixture, FederatedMixtureRegression
+from .estimators import get_model, simulated_models
 from .methods import METHODS, Method
 from .metrics import adjusted_rand_index, estimation_errors, misclustering_rate
-from .simulate import make_federated_gmm, make_federated_mor, sample_gmm, sample_mor, snr
+from .simulate import snr
 
 __all__ = ["ALL_METHODS", "BACKENDS", "METRIC_NAMES", "run_study", "write_csv", "read_csv", "summarize", "format_table", "plot_study",
            "plot_timings"]
@@ -54,9 +54,10 @@ def _one_fit(model, label, method, setting, seed, fit_options, n_threads=None):
 def _fit_and_score(model, method, setting, seed, fit_options):
     design = dict(setting)
     h = design.pop("h", 0.0)
+    cls = get_model(model)
     # The simulated data follow the paper's model (unit variances, unit noise): fit that model unless told
     # otherwise; the paper starts every federated method from local EM (App. B), FedEM included.
-    common = {"covariance_type": "identity"} if model == "gmm" else {"noise_variance": 1.0}
+    common = dict(cls.simulation.options)
     if getattr(method, "name", method) == "fedem":
         common["init"] = "local-em"
     common.update(random_state=seed, **fit_options)
@@ -65,19 +66,11 @@ def _fit_and_score(model, method, setting, seed, fit_options):
         warnings.simplefilter("ignore", ConvergenceWarning)
         # So are singular and empty components (the row's singular_components, empty_components).
         warnings.simplefilter("ignore", SingularComponentWarning)
-        if model == "gmm":
-            X, truth = make_federated_gmm(h=h, random_state=seed, **design)
-            est = FederatedGaussianMixture(truth.centers.shape[0], method=method, **common).fit(X)
-            theta_hat = est.means_
-            X_test, labels = sample_gmm(truth, 200, random_state=seed + 10 ** 6)
-            predicted = est.predict(X_test)
-        else:
-            X, y, truth = make_federated_mor(h=h, random_state=seed, **design)
-            est = FederatedMixtureRegression(truth.centers.shape[0], method=method, fit_intercept=False,
-                                             **common).fit(X, y)
-            theta_hat = est.coef_
-            X_test, y_test, labels = sample_mor(truth, 200, random_state=seed + 10 ** 6)
-            predicted = [p.argmax(axis=1) for p in est.predict_proba(X_test, y_test)]
+        *data, truth = cls.simulation.make(h=h, random_state=seed, **design)
+        est = cls(truth.centers.shape[0], method=method, **common).fit(*data)
+        theta_hat = est.params_.theta[..., :truth.theta.shape[-1]]   # the coefficients, without an intercept
+        *test, labels = cls.simulation.sample(truth, 200, random_state=seed + 10 ** 6)
+        predicted = [p.argmax(axis=1) for p in est.predict_proba(*test)]
     keep = np.flatnonzero(~truth.outliers)
     w_err, theta_err = estimation_errors(est.weights_, theta_hat, truth.weights, truth.theta)
     w_sep, _ = estimation_errors(est.weights_, theta_hat, truth.weights, truth.theta, matching="separate")
@@ -139,22 +132,24 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
 
     Parameters
     ----------
-    model : {"gmm", "mor"}
+    model : str
+        A model of :data:`fedmm.estimators.MODELS` whose estimator declares a simulation
+        (:func:`fedmm.estimators.simulated_models`: ``"gmm"``, ``"mor"``).
     methods : sequence of str or method objects, dict, or "all"
         What the estimators' ``method=`` takes (:mod:`fedmm.methods`); a named FedGrEM or d-FedGrEM
         runs with the paper's penalty schedule and central weights (:func:`paper_method`). Rows name a
         method by its name, or by its key when ``methods`` is a dict ``{label: method}``; "all": Fig. 3's
         methods.
     settings : sequence of dict
-        Arguments of :func:`fedmm.simulate.make_federated_gmm` / ``_mor`` per
+        Arguments of the model's simulation (:func:`fedmm.simulate.make_federated_gmm` / ``_mor``) per
         setting (``h``, ``n_clients``, ``n_samples``, ``outlier_clients``, ...).
     reps : int
         Replications per setting; replication ``i`` uses seed ``random_state + i``
         for the data and the fit, so every method sees the same data.
     fit_options : dict, optional
         Extra estimator arguments (``n_init``, ``max_iter``, ...). Unless they say otherwise the fits
-        use the paper's model (``covariance_type="identity"``, ``noise_variance=1.0``), as the
-        simulated data follow it.
+        use the paper's model (the simulation's options: ``covariance_type="identity"``, ``noise_variance=1.0``),
+        as the simulated data follow it.
     n_jobs : int
         Parallel workers (joblib; -1: all cores, or all of a cluster's workers).
     progress : bool
@@ -172,8 +167,9 @@ def run_study(model="gmm", methods=ALL_METHODS, settings=({"h": 0.0},), reps=5, 
         One row per fit (see the module docstring).
     """
     methods = _labelled(ALL_METHODS if isinstance(methods, str) and methods == "all" else methods)
-    if model not in ("gmm", "mor"):
-        raise ValueError(f"model must be 'gmm' or 'mor', got {model!r}.")
+    if model not in simulated_models():
+        raise ValueError(f"model must be one of {simulated_models()} (those whose estimators declare a simulation, "
+                         f"fedmm.estimators.Simulation), got {model!r}.")
     jobs = [(label, method, setting, random_state + i) for setting in settings for i in range(reps)
             for label, method in methods.items()]
     # Each fit's share of the cores: joblib's processes have OMP_NUM_THREADS = cores // workers already

@@ -8,10 +8,10 @@ its model's name, a model of one's own (a :class:`FederatedMixture` of a family 
 """
 
 from ._client import ClientMixture
-from ._registry import MODELS, get_model
+from ._registry import MODELS, Simulation, get_model, simulated_models
 from .gaussian import FederatedGaussianMixture
 from .mixture import FederatedMixture
 from .regression import FederatedMixtureRegression
 
 __all__ = ["FederatedGaussianMixture", "FederatedMixtureRegression", "FederatedMixture", "ClientMixture", "MODELS",
-           "get_model"]
+           "Simulation", "get_model", "simulated_models"]

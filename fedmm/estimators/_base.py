@@ -63,6 +63,8 @@ class _FederatedMixture(BaseEstimator, ABC):
     #: The model's name, by which :data:`fedmm.estimators.MODELS` holds the class (and Flower's clients build it);
     #: a subclass that sets one is registered when it is defined.
     model = None
+    #: How the studies simulate the model (:class:`fedmm.estimators.Simulation`); None: no study runs it.
+    simulation = None
     #: The component family (its class attribute ``needs_y`` says whether ``y`` is required).
     _family_class = None
     #: The constructor arguments that define the family (:meth:`family_params`).

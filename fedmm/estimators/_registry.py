@@ -2,10 +2,33 @@
 
 An estimator class that names its ``model`` (``"gmm"``, ``"mor"``, or a name of its own in a file outside
 fedmm) is registered when it is defined: no call, no edit to fedmm. Flower's clients build the estimator
-the server names from it, and Flower's app, the command line and the studies list its names.
+the server names from it, and Flower's app, the command line and the studies list its names. A model whose
+estimator declares a :class:`Simulation` runs in the studies (:mod:`fedmm.studies`, ``fedmm simulate``).
 """
 
-__all__ = ["MODELS", "register_model", "get_model"]
+from typing import Callable, NamedTuple
+
+__all__ = ["MODELS", "Simulation", "register_model", "get_model", "simulated_models"]
+
+
+class Simulation(NamedTuple):
+    """How the studies simulate a model's federations (an estimator's class attribute ``simulation``).
+
+    Attributes
+    ----------
+    make : callable
+        ``make(n_clients, n_samples, *, h, outlier_clients, random_state, ...) -> (*data, truth)``: the clients'
+        data (``X``, and ``y`` for a model of responses) and a :class:`fedmm.simulate.FederatedTruth`
+        (:func:`fedmm.simulate.make_federated_gmm`).
+    sample : callable
+        ``sample(truth, n, random_state) -> (*data, labels)``: held-out rows of every client, with their components.
+    options : dict
+        The estimator's arguments that fit the model simulated (the paper's: unit variances, unit noise).
+    """
+
+    make: Callable
+    sample: Callable
+    options: dict
 
 #: Every model by name: ``{"gmm": FederatedGaussianMixture, "mor": FederatedMixtureRegression, ...}``.
 MODELS = {}
@@ -28,3 +51,8 @@ def get_model(name):
         raise ValueError(f"Unknown model {name!r}; the models are {sorted(MODELS)} (a model of your own is "
                          "registered when its estimator class, with its model name, is defined: import its module).")
     return MODELS[name]
+
+
+def simulated_models():
+    """The names of the models whose estimators declare a :class:`Simulation`: those the studies run."""
+    return [name for name, cls in MODELS.items() if getattr(cls, "simulation", None) is not None]

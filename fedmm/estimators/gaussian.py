@@ -6,8 +6,10 @@ from .. import _params as P
 from ..families import GaussianFamily
 from ..families.gaussian import COVARIANCE_TYPES
 from ..privacy import DifferentialPrivacy
+from ..simulate import make_federated_gmm, sample_gmm
 from ._base import _ARRAY_OR_NONE, _SHARED_CONSTRAINTS
 from ._docs import _SHARED_ATTRS_DOC, _SHARED_PARAMS_DOC
+from ._registry import Simulation
 from .mixture import FederatedMixture
 
 __all__ = ["FederatedGaussianMixture"]
@@ -71,6 +73,7 @@ class FederatedGaussianMixture(FederatedMixture):
     """
 
     model = "gmm"
+    simulation = Simulation(make_federated_gmm, sample_gmm, {"covariance_type": "identity"})
     _family_class = GaussianFamily
     _family_params = ("covariance_type", "reg_covar")
     _parameter_constraints = {**_SHARED_CONSTRAINTS, "covariance_type": P.one_of(*COVARIANCE_TYPES),

@@ -8,8 +8,10 @@ from ..data import FederatedData
 from ..families import RegressionFamily
 from ..families.regression import NOISE_MODES
 from ..methods import GradientStrategy
+from ..simulate import make_federated_mor, sample_mor
 from ._base import _ARRAY_OR_NONE, _SHARED_CONSTRAINTS, _FederatedMixture
 from ._docs import _SHARED_ATTRS_DOC, _SHARED_PARAMS_DOC
+from ._registry import Simulation
 
 __all__ = ["FederatedMixtureRegression"]
 
@@ -64,6 +66,7 @@ class FederatedMixtureRegression(_FederatedMixture):
     """
 
     model = "mor"
+    simulation = Simulation(make_federated_mor, sample_mor, {"noise_variance": 1.0, "fit_intercept": False})
     _theta_init = "coef_init"
     _family_class = RegressionFamily
     _family_params = ("fit_intercept", "noise_variance", "precondition")

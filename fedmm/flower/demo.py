@@ -20,9 +20,9 @@ from pathlib import Path
 import joblib
 import numpy as np
 
+from ..estimators import get_model
 from ..metrics import estimation_errors
 from ..privacy import as_under_secure_aggregation
-from ..simulate import make_federated_gmm, make_federated_mor
 from .app import PYPROJECT, estimator_from_config
 from .processes import LocalDeployment
 
@@ -38,8 +38,8 @@ address = ":local:"
 
 def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, random_state=0, timeout=None,
                 model="gmm", processes=False, tls=False, privacy=None):
-    """Run the demo (see the module docstring) on the paper's ``model`` design (``"gmm"`` or ``"mor"``,
-    App. B.1); returns ``(flower_model, in_process_model, truth)``.
+    """Run the demo (see the module docstring) on the simulation of ``model`` (``"gmm"`` or ``"mor"``: the paper's
+    design, App. B.1; :func:`fedmm.estimators.simulated_models`); returns ``(flower_model, in_process_model, truth)``.
 
     With ``processes``, every party is an operating-system process of its own on this machine (a SuperLink
     and a SuperNode per client, :class:`fedmm.flower.processes.LocalDeployment`; over HTTPS under a
@@ -50,7 +50,7 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
     """
     work = Path(workdir or tempfile.mkdtemp(prefix="fedmm-flower-"))
     (work / "data").mkdir(parents=True, exist_ok=True)
-    make = make_federated_gmm if model == "gmm" else make_federated_mor
+    make = get_model(model).simulation.make
     outliers = [n_clients - 1] if n_clients >= 5 else []
     *data, truth = make(n_clients, n_samples, outlier_clients=outliers, random_state=random_state)
     paths = [work / "data" / f"client-{k}.npz" for k in range(n_clients)]
@@ -75,7 +75,11 @@ def flower_demo(n_clients=10, n_samples=150, method="fedgrem", workdir=None, ran
     secure = privacy and privacy.get("noise", "central") == "central"
     with as_under_secure_aggregation() if secure else contextlib.nullcontext():
         local = estimator_from_config(run_config).fit(*data)
-    theta = (lambda est: est.means_) if model == "gmm" else (lambda est: est.coef_)
+
+    def theta(est):
+        """The fitted components, regression coefficients without the intercept."""
+        return est.params_.theta[..., :truth.theta.shape[-1]]
+
     honest = ~truth.outliers
     err_remote = estimation_errors(remote.weights_, theta(remote), truth.weights, truth.theta)[1]
     err_local = estimation_errors(local.weights_, theta(local), truth.weights, truth.theta)[1]
