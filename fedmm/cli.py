@@ -126,7 +126,8 @@ def simulate(model, h_values, reps, methods, out, n_clients=10, n_samples=150, n
     return rows
 
 
-def main(argv=None):
+def _parser():
+    """The command line's parser, and its commands' parsers by name."""
     from . import __version__
 
     parser = _Parser(prog="fedmm", description="Federated mixture models.")
@@ -137,33 +138,7 @@ def main(argv=None):
     p_demo.add_argument("--reps", type=count, default=3, help="replications per h (default 3)")
     p_demo.add_argument("--out", default=".", help="folder for fedmm-demo.png (default: current folder)")
     p_demo.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
-
-    p_sim = sub.add_parser("simulate", help="a simulation study on the FedGrEM paper's design (App. B.1)")
-    p_sim.add_argument("--model", choices=simulated_models(), default="gmm")
-    p_sim.add_argument("--h", type=parse_range, default="0:2:0.25",
-                       help="heterogeneity levels >= 0: start:stop:step, or a,b,c (default 0:2:0.25)")
-    p_sim.add_argument("--reps", type=count, default=10, help="replications per h (default 10)")
-    p_sim.add_argument("--methods", default="all", help=f"comma-separated from {', '.join(sorted(METHODS))}, or "
-                       f"'all' (Fig. 3's: {', '.join(ALL_METHODS)})")
-    p_sim.add_argument("--out", default="fedmm-study", help="output folder (default fedmm-study)")
-    p_sim.add_argument("--clients", type=_number(int, 2), default=10, help="number of clients K >= 2 (default 10)")
-    p_sim.add_argument("--samples", type=count, default=150,
-                       help=f"samples per client, at least the design's {len(PAPER_CENTERS)} components (default 150)")
-    p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
-                       help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
-    p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
-    p_sim.add_argument("--penalty", choices=("paper", "sure", "sure-floored", "auto"), default="paper",
-                       help="FedGrEM's penalty: the paper's schedule (default), chosen every round by SURE, SURE's "
-                            "choice never below the schedule, or more pooling chosen by cross-validation (docs/units.md)")
-    p_sim.add_argument("--jobs", type=int, default=1,
-                       help="parallel workers (-1: all cores or cluster workers; not 0) (default 1)")
-    p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
-                       help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "
-                            "'dask', 'ray')")
-    p_sim.add_argument("--address", default=None,
-                       help="the cluster's scheduler (tcp://host:8786 for Dask, host:6379 or auto for Ray); "
-                            "default: a running or new local one")
-    p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
+    _add_simulate(sub, count)
     p_flower = sub.add_parser("flower-demo", help="the paper's GMM design over Flower clients, simulated or each "
                               "a process of its own (flwr run; needs the 'flower' extra)")
     p_flower.add_argument("--model", choices=simulated_models(), default="gmm")
@@ -194,13 +169,78 @@ def main(argv=None):
             ("M", positive, 1.0, "bound on the parameters' norm"), ("cw", positive, 1.0, "lower bound of the weights"),
             ("kappa0", _number(float, 0, 1, low_open=True, high_open=True), 0.5, "contraction rate, in (0, 1)")]:
         p_bounds.add_argument(f"--{name}", type=kind, default=default, help=f"{text} (default {default:g})")
+    return parser, sub.choices
+
+
+def _add_simulate(sub, count):
+    """``fedmm simulate``'s parser."""
+    p_sim = sub.add_parser("simulate", help="a simulation study on the FedGrEM paper's design (App. B.1)")
+    p_sim.add_argument("--model", choices=simulated_models(), default="gmm")
+    p_sim.add_argument("--h", type=parse_range, default="0:2:0.25",
+                       help="heterogeneity levels >= 0: start:stop:step, or a,b,c (default 0:2:0.25)")
+    p_sim.add_argument("--reps", type=count, default=10, help="replications per h (default 10)")
+    p_sim.add_argument("--methods", default="all", help=f"comma-separated from {', '.join(sorted(METHODS))}, or "
+                       f"'all' (Fig. 3's: {', '.join(ALL_METHODS)})")
+    p_sim.add_argument("--out", default="fedmm-study", help="output folder (default fedmm-study)")
+    p_sim.add_argument("--clients", type=_number(int, 2), default=10, help="number of clients K >= 2 (default 10)")
+    p_sim.add_argument("--samples", type=count, default=150,
+                       help=f"samples per client, at least the design's {len(PAPER_CENTERS)} components (default 150)")
+    p_sim.add_argument("--outliers", type=_number(int, 0), default=1,
+                       help="number of outlier clients (the last ones), fewer than half the clients (default 1)")
+    p_sim.add_argument("--n-init", type=count, default=5, help="starts per fit (default 5)")
+    p_sim.add_argument("--penalty", choices=("paper", "sure", "sure-floored", "auto"), default="paper",
+                       help="FedGrEM's penalty: the paper's schedule (default), chosen every round by SURE, SURE's "
+                            "choice never below the schedule, or more pooling chosen by cross-validation "
+                            "(docs/units.md)")
+    p_sim.add_argument("--jobs", type=int, default=1,
+                       help="parallel workers (-1: all cores or cluster workers; not 0) (default 1)")
+    p_sim.add_argument("--backend", choices=BACKENDS, default="loky",
+                       help="where the fits run: local processes (default), or a Dask or Ray cluster (extras "
+                            "'dask', 'ray')")
+    p_sim.add_argument("--address", default=None,
+                       help="the cluster's scheduler (tcp://host:8786 for Dask, host:6379 or auto for Ray); "
+                            "default: a running or new local one")
+    p_sim.add_argument("--seed", type=_number(int, 0), default=0, help="random seed (default 0)")
+
+
+def _bounds(args):
+    """``fedmm bounds``: the terms of FedGrEM's error bound, and whether federation helps."""
+    from .theory import bound, federation_helps
+    setting = dict(model=args.model, n=args.n, K=args.K, d=args.d, R=args.R, h=args.h, eps=args.eps, T=args.T,
+                   delta=args.delta, M=args.M, c_w=args.cw, kappa0=args.kappa0)
+    print(bound(**setting))
+    helps, ratio = federation_helps(**setting)
+    print(f"federation {'helps' if helps else 'does not help'}: bound / local rate = {ratio:.3g} "
+          "(absolute constants 1; see docs/theory.md)")
+    return 0
+
+
+def _flower_demo(parser, p_flower, args):
+    """``fedmm flower-demo``: the paper's design over Flower clients."""
+    try:
+        from .flower.demo import flower_demo
+    except ImportError as error:
+        parser.error(f"{error}")
+    if args.tls and not args.processes:
+        p_flower.error("argument --tls: only with --processes (the simulation runs in one machine's memory)")
+    if args.out is not None:
+        _check_out(p_flower, args.out)
+    clients = args.clients or (3 if args.processes else 10)
+    flower_demo(clients, args.samples, args.method, args.out, args.seed, model=args.model,
+                processes=args.processes, tls=args.tls)
+    return 0
+
+
+def main(argv=None):
+    parser, commands = _parser()
     args = parser.parse_args(argv)
     if args.command in ("simulate", "flower-demo") and args.samples < len(PAPER_CENTERS):
-        sub.choices[args.command].error(
+        commands[args.command].error(
             f"argument --samples: {args.samples} samples per client; every client fits the design's "
             f"{len(PAPER_CENTERS)} components from its own rows (local EM, the starts), so give at least "
             f"{len(PAPER_CENTERS)}")
     if args.command == "simulate":
+        p_sim = commands["simulate"]
         if 2 * args.outliers >= args.clients:
             p_sim.error(f"argument --outliers: {args.outliers} outliers among {args.clients} clients; fewer than "
                         "half the clients may be outliers")
@@ -212,29 +252,11 @@ def main(argv=None):
         if unknown:
             p_sim.error(f"argument --methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
     if args.command == "bounds":
-        from .theory import bound, federation_helps
-        setting = dict(model=args.model, n=args.n, K=args.K, d=args.d, R=args.R, h=args.h, eps=args.eps, T=args.T,
-                       delta=args.delta, M=args.M, c_w=args.cw, kappa0=args.kappa0)
-        print(bound(**setting))
-        helps, ratio = federation_helps(**setting)
-        print(f"federation {'helps' if helps else 'does not help'}: bound / local rate = {ratio:.3g} "
-              "(absolute constants 1; see docs/theory.md)")
-        return 0
+        return _bounds(args)
     if args.command == "flower-demo":
-        try:
-            from .flower.demo import flower_demo
-        except ImportError as error:
-            parser.error(f"{error}")
-        if args.tls and not args.processes:
-            p_flower.error("argument --tls: only with --processes (the simulation runs in one machine's memory)")
-        if args.out is not None:
-            _check_out(p_flower, args.out)
-        clients = args.clients or (3 if args.processes else 10)
-        flower_demo(clients, args.samples, args.method, args.out, args.seed, model=args.model,
-                    processes=args.processes, tls=args.tls)
-        return 0
+        return _flower_demo(parser, commands["flower-demo"], args)
     if args.command == "demo":
-        _check_out(p_demo, args.out)
+        _check_out(commands["demo"], args.out)
         demo(reps=args.reps, out=args.out, random_state=args.seed)
     else:
         _check_out(p_sim, args.out)
