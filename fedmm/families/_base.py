@@ -74,7 +74,8 @@ def one_hot(labels, n_components):
 
 
 class Family(ABC):
-    """Interface of a component family (see :class:`GaussianFamily`, :class:`RegressionFamily`).
+    """Interface of a component family (see :class:`GaussianFamily`, :class:`RegressionFamily`, and a family of one's
+    own in ``docs/extending.md``: its estimator, a :class:`fedmm.estimators.FederatedMixture` naming its ``model``).
 
     Statistics are per-client sums over samples, as a NamedTuple whose first
     field is ``N`` (K, R), the responsibility sums; so ``w_hat = N / n_k`` (the
@@ -96,7 +97,8 @@ class Family(ABC):
     @property
     def kernels(self):
         """The kernel functions of :attr:`backend` (:func:`fedmm.kernels.get_kernels`), resolved on use so that
-        fitted estimators survive ``pickle`` and ``deepcopy`` and load on a machine with other backends."""
+        fitted estimators survive ``pickle`` and ``deepcopy`` and load on a machine with other backends. A family
+        with kernels of its own overrides it (or computes :meth:`estep` and :meth:`log_resp` without it)."""
         return get_kernels(self.backend)
 
     def design(self, X):

@@ -14,6 +14,12 @@ every fast path:
 
 Fast backends are imported only when asked for, so importing fedmm loads
 neither Numba's compiler nor CuPy.
+
+Kernels belong to families: fedmm's Gaussian and regression families call the
+``gaussian_*`` and ``regression_*`` functions of their backend through
+:attr:`fedmm.families.Family.kernels`. A family of one's own computes its
+E-step as it likes (numpy suffices: ``tests/poisson_mixture.py``); for backends
+of its own it overrides ``kernels`` and picks by :attr:`~fedmm.families.Family.backend`.
 """
 
 import importlib
