@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from poisson_mixture import FederatedPoissonMixture, PoissonFamily, make_poisson_clients
 
-from fedmm.estimators import MODELS, get_model
+from fedmm.estimators import MODELS, get_model, simulated_models
 
 
 def _sorted(rates):
@@ -42,6 +42,23 @@ def test_a_family_without_a_private_form_or_sparse_rounds_is_refused():
     with pytest.raises(ValueError, match="sparse-fedgrem' fits Gaussian mixtures only for now.*PoissonFamily"):
         est.fit(X)
     assert not PoissonFamily.private_form
+    pytest.importorskip("dp_accounting")
+    from fedmm.privacy import DifferentialPrivacy
+    est = FederatedPoissonMixture(3, method="fedem", random_state=0)
+    est.privacy = DifferentialPrivacy(epsilon=8.0, bounds=(0.0, 30.0), rounds=5)   # an estimator that took one
+    with pytest.raises(ValueError, match="privacy= needs a family with a private form.*PoissonFamily declares none"):
+        est.fit(X)
+
+
+def test_the_studies_take_the_models_that_declare_a_simulation():
+    from fedmm.cli import main
+    from fedmm.studies import run_study
+
+    assert "poisson" in MODELS and "poisson" not in simulated_models()
+    with pytest.raises(ValueError, match=r"model must be one of \['gmm', 'mor'\].*got 'poisson'"):
+        run_study("poisson")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--model", "poisson"])
 
 
 @pytest.mark.parametrize("method, init", [("fedem", "auto"), ("fedgrem", "auto"), ("fedgrem", "local-em")])
@@ -60,3 +77,16 @@ def test_on_flower_it_gives_the_in_process_fit(method, init):
     assert isinstance(remote, FederatedPoissonMixture)
     np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.weights_, ref.weights_, rtol=0, atol=1e-8)
+
+
+def test_a_model_without_a_name_is_refused_on_flower():
+    pytest.importorskip("flwr")
+    from fedmm.flower import fit
+    from fedmm.flower.testing import LocalGrid
+
+    class Unnamed(FederatedPoissonMixture):
+        model = None
+
+    assert "Unnamed" not in {cls.__name__ for cls in MODELS.values()}
+    with pytest.raises(ValueError, match="Unnamed has no model name: a model fitted on Flower needs one"):
+        fit(Unnamed(3, method="fedem"), LocalGrid([]))
