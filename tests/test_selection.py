@@ -4,11 +4,12 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.metrics import adjusted_rand_score
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression, SingularComponentWarning
 from fedmm.methods import FedGrEM
 from fedmm.selection import select_n_components
-from fedmm.simulate import make_federated_gmm, make_federated_mor
+from fedmm.simulate import make_federated_gmm, make_federated_mor, make_grouped_gmm
 from fedmm.robust import client_folds
 
 CENTERS = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
@@ -53,6 +54,19 @@ def test_bic_counts_pooled_components_once_and_unpooled_per_client(data):
     # One client's BIC counts that client's parameters only.
     one = model._n_parameters(np.array([1]))
     assert (R - 1) + R * (d + 1) <= one <= (R - 1) + per_component * R
+
+
+def test_bic_counts_each_groups_centre():
+    """With two groups of clients (far apart), every component has two centres that hold clients: BIC counts
+    both (it counted one whatever the groups, undercounting grouped fits)."""
+    X, _, groups = make_grouped_gmm(n_groups=2, clients_per_group=4, n_samples=100, spread=6.0, outlier=False,
+                                    random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = FederatedGaussianMixture(3, covariance_type="spherical", random_state=0).fit(X)
+    assert adjusted_rand_score(groups, model.groups_) == 1.0 and model.pooled_.all()
+    means, scales = model.method_.distinct_components(model, np.arange(len(X)), X[0].shape[1], True)
+    np.testing.assert_array_equal(means, 2.0)
 
 
 def test_icl_adds_the_classification_entropy(data):

@@ -474,15 +474,18 @@ class FedGrEM(GradientStrategy):
         :func:`pool_variances`: ``kept`` of its own estimate, the rest the pooled one) count by ``kept``, the
         trace of that linear shrinkage (counted in full they charged a component shrunk three quarters of the
         way to the consensus ten variances against its mean's 3.2 parameters); others once per distinct value
-        (``pooled_variances_``)."""
+        (``pooled_variances_``). With groups of clients (``groups_``), each group's consensus counts where one of
+        its clients sits on it."""
         pooled = model.pooled_[index]
+        groups = getattr(model, "groups_", np.zeros(len(pooled), dtype=int))[index]
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.clip(1.0 - model.pooling_threshold_[index] / model.distance_to_center_[index], 0.0, 1.0)
-        means = pooled.any(axis=0) + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
+        centres = _held_centres(pooled, groups)
+        means = centres + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
         if self.pool_variances != "robust" and bool(self.pool_variances) and scale_per_component:
-            return means, pooled.any(axis=0) + np.where(pooled, 0.0, kept).sum(axis=0)
+            return means, centres + np.where(pooled, 0.0, kept).sum(axis=0)
         shared = model.pooled_variances_[index]
-        return means, (~shared).sum(axis=0) + shared.any(axis=0)
+        return means, (~shared).sum(axis=0) + _held_centres(shared, groups)
 
     def server_start(self, family, start, n_k):
         d, K = start.theta.shape[-1], len(n_k)
@@ -728,6 +731,11 @@ class FedGrEM(GradientStrategy):
         """
         gain = _penalized_loglik(trial) - _penalized_loglik(before)
         return gain > 0.5 * chi2.ppf(0.95, before.params.theta.shape[-1])
+
+
+def _held_centres(on_centre, groups):
+    """Per component (R,): how many groups' centres hold at least one of their clients (``on_centre`` (K, R))."""
+    return sum(on_centre[groups == g].any(axis=0) for g in np.unique(groups))
 
 
 def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3):
