@@ -61,17 +61,25 @@ def _problem():
     return FederatedData.from_input(X), GaussianFamily("diag"), start
 
 
-@pytest.mark.parametrize("beta", [None, 1.0])
-def test_the_fit_follows_the_closed_form_of_its_losses(beta):
+@pytest.mark.parametrize("loss, beta", [("mean", None), ("mean", 1.0), ("evidence", None), ("evidence", 1.0)])
+def test_the_fit_follows_the_closed_form_of_its_losses(loss, beta):
     """With every other client sampled every round, the weights after T rounds are the softmax of minus the
     accumulated losses of the models each round held (beta=None), or of the last round's alone (beta=1):
-    losses computed here by hand from the models, one client and one model at a time."""
+    losses computed here by hand from the models, one client and one model at a time. Under
+    ``loss="evidence"`` a model's loss on client i's rows is its summed negative log-likelihood plus ``P`` times
+    the share of its fit drawn from client i (``w_ij n_i`` over the model's total ``N``; each its own at the
+    start), times AICc's ``N / (N - P - 1)``, over twice the noise ``sqrt(2 P)``."""
     data, family, start = _problem()
-    T = 3
-    strategy = lambda: METHODS["federico"](n_neighbors=K - 1, beta=beta)  # noqa: E731
-    models = [start] + [run_rounds(strategy(), family, data, start, t, 0.0).params for t in range(1, T)]
-    ell = [np.array([[-family.estep(data.client_data(i), m.take([j]))[0][0] / data.n_samples[i]
-                      for j in range(K)] for i in range(K)]) for m in models]
+    T, n, P = 3, data.n_samples, family.n_parameters(R, data.n_features)
+    strategy = lambda: METHODS["federico"](n_neighbors=K - 1, beta=beta, loss=loss)  # noqa: E731
+    fits = [run_rounds(strategy(), family, data, start, t, 0.0) for t in range(1, T)]
+    models = [start] + [f.params for f in fits]
+    weight = [np.diag(n).astype(float)] + [f.diagnostics * n[:, None] for f in fits]    # w_ij n_i
+    size = [w.sum(axis=0) for w in weight]
+    optimism = [P * w / N * np.maximum(N, P + 2) / (np.maximum(N, P + 2) - P - 1) for w, N in zip(weight, size)]
+    loglik = [np.array([[family.estep(data.client_data(i), m.take([j]))[0][0] for j in range(K)]
+                        for i in range(K)]) for m in models]
+    ell = [-ll / n[:, None] if loss == "mean" else (-ll + o) / (2 * np.sqrt(2 * P)) for ll, o in zip(loglik, optimism)]
     expected = softmax(-(sum(ell) if beta is None else ell[-1]), axis=1)
     fit = run_rounds(strategy(), family, data, start, T, 0.0)
     np.testing.assert_allclose(fit.diagnostics, expected, rtol=1e-10)
