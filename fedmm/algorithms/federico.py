@@ -74,6 +74,7 @@ from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import n_floats
 from ._base import Strategy, em_update
+from .central import _relabelled
 
 LOSSES = ("evidence", "mean", "sum")
 
@@ -133,6 +134,14 @@ class FedeRiCoBroadcast(NamedTuple):
     share: np.ndarray
     size: np.ndarray
     prior: None = None
+
+
+class FedeRiCoDiagnostics(NamedTuple):
+    """The fit's account: the clients' weights ``w`` (K, K) and their models' components ``theta`` (K, R, p), in
+    the fitting units."""
+
+    w: np.ndarray
+    theta: np.ndarray
 
 
 class FedeRiCoClientState(NamedTuple):
@@ -304,19 +313,27 @@ class FedeRiCo(Strategy):
         return {"messages": 2 * pairs, "floats": pairs * (per_model + per_stats)}
 
     def diagnostics(self, state):
-        return state.w
+        return FedeRiCoDiagnostics(state.w, state.params.theta)
+
+    def groups(self, diagnostics):
+        """The models the clients rely on (:meth:`used_models`), the most used first, and which one each client
+        uses: a new client (``personalize``) joins the one that fits its rows best."""
+        used = self.used_models(diagnostics)
+        labels = _relabelled(used)
+        return diagnostics.theta[[used[labels == g][0] for g in range(labels.max() + 1)]], labels
 
     def fitted_attributes(self, result, client_ids, n_k):
         """``collaborator_weights_`` (K, K): row ``i`` is client ``i``'s ``w_ij`` after the last round;
         ``used_models_`` (K,): the client whose model client ``i`` reports (:meth:`used_models`)."""
-        return {"collaborator_weights_": result.diagnostics,
+        return {"collaborator_weights_": result.diagnostics.w,
                 "used_models_": client_ids[self.used_models(result.diagnostics)]}
 
-    def used_models(self, w):
+    def used_models(self, diagnostics):
         """The model each client weighs most, its own where it weighs it as much as any (``w_ii`` within
         ``1e-9`` of its row's largest). A client's own model can be stuck in a poor optimum while the client
         puts almost all its weight on a collaborator's (the losses say so): it then predicts, and reports,
         what it relies on, not a model it has all but dropped."""
+        w = diagnostics.w
         own = np.diag(w) >= w.max(axis=1) * (1 - 1e-9)
         return np.where(own, np.arange(len(w)), w.argmax(axis=1))
 
