@@ -10,7 +10,7 @@ from fedmm.methods import METHODS, FedGrEM
 from fedmm.algorithms.central import central_update
 from fedmm.engine import run_rounds
 from fedmm.algorithms.fedgrem import penalty_schedule, settle_penalty
-from fedmm.algorithms import fedgrem as fedgrem_module
+from fedmm.algorithms import variances as variances_module
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.metrics import estimation_errors
@@ -93,9 +93,9 @@ def test_a_drifted_component_does_not_enter_the_pooled_variance(weighted, inflat
     and is pooled onto component 0's centre. Its variance at that centre (the squared distance between
     the two, 36) must not enter the pooled variance that the others take: a block counts there by its
     margin, as in the centre. Counted in full (``weighted=False``) it makes the pooled variance 4.4, not 0.9.
-    Atypical variances are also kept out on their own (``fedgrem._typical``, the threat model's defence):
+    Atypical variances are also kept out on their own (``variances._typical``, the threat model's defence):
     switched off here, to see the margins' part."""
-    monkeypatch.setattr(fedgrem_module, "_typical", lambda scale: np.ones(scale.shape[:2]))
+    monkeypatch.setattr(variances_module, "_typical", lambda scale: np.ones(scale.shape[:2]))
     X, truth = make_federated_gmm(4, 200, centers=CENTERS, random_state=3)
     data, family = FederatedData.from_input(X), GaussianFamily("diag")
     theta = truth.theta.copy()

@@ -11,194 +11,26 @@ of the client's Q-hat there) and pools them where the means are pooled.
 """
 
 import warnings
-from numbers import Real
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import vectorize
-from scipy.special import polygamma
-from scipy.stats import beta, chi2
+from scipy.stats import chi2
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from .central import (CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share,
-                      robust_centre, soft_threshold)
+from .central import CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share, robust_centre
 from ..families import MixtureParams
 from ..protocol import Broadcast
-from ..robust import TRIM, client_median, trusted_sizes
+from ..robust import TRIM, trusted_sizes
 from .tuning import N_FOLDS, PENALTY_CANDIDATES, select_penalty, sure_penalty
 from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm
-
-PENALTIES = ("paper", "sure", "sure-floored", "theory")
-#: The penalties chosen every round by SURE (:func:`fedmm.algorithms.tuning.sure_penalty`).
-SURE_PENALTIES = ("sure", "sure-floored")
-
-
-def _checked_penalty(lam, t):
-    """A user's ``penalty(t)``: a number >= 0 (``inf`` pools everything), else a ``ValueError``."""
-    if not isinstance(lam, Real) or isinstance(lam, bool) or not lam >= 0:
-        raise ValueError(f"The penalty function returned {lam!r} for round t={t}; it must return a number >= 0 "
-                         "(inf pools every client).")
-    return float(lam)
-
-
-def penalty_schedule(penalty, penalty_params, p, K, n):
-    """``t -> lambda_t`` for ``t = 1, 2, ...``.
-
-    - ``"paper"`` (App. B.1): ``lambda_0 = 1``, ``lambda_t = kappa lambda_{t-1} + C sqrt(p + log K)``
-      with ``kappa = 0.1``, ``C = 2`` (override with ``penalty_params``: ``lambda0``, ``kappa``, ``C``);
-    - ``"sure"``: chosen every round from the data (:func:`fedmm.algorithms.tuning.sure_penalty`, in
-      :meth:`FedGrEM.server_step`); the schedule is then the paper's, used for the first round's pilot;
-    - ``"sure-floored"``: SURE's choice, never below the paper's ``lambda_t`` (never less pooling than
-      the paper's schedule; ``docs/units.md``);
-    - ``"theory"`` (App. A, Assumption A.7): ``lambda_0 = (15/119) sqrt(n) (r_w + r_theta)``,
-      ``lambda_t = kappa0 lambda_{t-1} + 15 sqrt(n) (W + 2 eta_bar E1)``, with every constant
-      (``kappa0``, ``r_w``, ``r_theta``, ``W``, ``E1``, ``eta_bar``) given in ``penalty_params``
-      (they involve unknown absolute constants; ``n`` is the mean client size);
-    - a number: constant ``lambda`` (``inf`` pools everything: gradient FedEM);
-    - a callable: ``lambda_t = penalty(t)``.
-    """
-    params = dict(penalty_params or {})
-    if callable(penalty):
-        return lambda t: _checked_penalty(penalty(t), t)
-    if isinstance(penalty, Real) and not isinstance(penalty, bool):
-        if penalty < 0:
-            raise ValueError(f"A constant penalty must be >= 0, got {penalty}.")
-        return lambda t: float(penalty)
-    if penalty in ("paper", *SURE_PENALTIES):
-        lam0, kappa = params.pop("lambda0", 1.0), params.pop("kappa", 0.1)
-        increment = params.pop("C", 2.0) * np.sqrt(p + np.log(K))
-    elif penalty == "theory":
-        needed = ("kappa0", "r_w", "r_theta", "W", "E1", "eta_bar")
-        missing = [k for k in needed if k not in params]
-        if missing:
-            raise ValueError(f"penalty='theory' needs penalty_params with {list(needed)}; missing {missing}. "
-                             "(fedmm.theory computes them for the GMM and MoR examples.)")
-        kappa = params.pop("kappa0")
-        lam0 = 15.0 / 119.0 * np.sqrt(n) * (params.pop("r_w") + params.pop("r_theta"))
-        increment = 15.0 * np.sqrt(n) * (params.pop("W") + 2.0 * params.pop("eta_bar") * params.pop("E1"))
-    else:
-        raise ValueError(f"penalty must be one of {PENALTIES} (or 'auto' in the estimators), a number >= 0 or a "
-                         f"callable of t; got {penalty!r}.")
-    if params:
-        raise ValueError(f"Unknown penalty_params for penalty={penalty!r}: {sorted(params)}.")
-    # lambda_t = kappa^t lambda_0 + increment (1 - kappa^t) / (1 - kappa), the recursion unrolled.
-    return lambda t: kappa ** t * lam0 + increment * (t if kappa == 1 else (1 - kappa ** t) / (1 - kappa))
-
-
-def noise_scale(scale):
-    """``sigma_r``, the noise scale of every component (R, s): the root of the clients' median variance.
-
-    The central problem (Algorithm 1) is stated for unit-variance noise: its
-    quadratic ``n_k/2 ||nu_k - theta_k||^2`` is the information in ``n_k``
-    unit-variance samples, and its threshold ``lambda / sqrt(n_k)`` a number of
-    noise standard deviations. With estimated variances fedmm solves it on
-    ``theta / sigma_r`` (per coordinate for diagonal covariances), i.e. with
-    threshold ``lambda sigma_r / sqrt(n_k)`` in the data's units, which makes
-    the pooling decision independent of the data's units and leaves the
-    paper's problem unchanged when ``sigma_r = 1``. The median over clients
-    keeps an outlier client's variances from setting the unit.
-    """
-    return np.sqrt(client_median(scale))
-
-
-def pool_variances(scale, N, share):
-    """The variances shrunk towards the pooled variance as far as the means were shrunk towards the centre.
-
-    Client ``k`` holds ``scale_kr``, the maximizer of its Q-hat at ``nu_kr``
-    (``RSS_kr / N_kr``). The central update's solution is
-    ``nu_kr = s_kr nu_bar_r + (1 - s_kr) theta_tilde_kr`` with the share
-    ``s_kr = min(1, threshold_kr / ||theta_tilde_kr - nu_bar_r||)``, 1 when
-    pooled (:func:`fedmm.algorithms.central.pooling_share`). The variances follow the
-    same rule: ``scale_kr <- s_kr scale_bar_r + (1 - s_kr) scale_kr``, where
-    ``scale_bar_r = sum_k a_kr N_kr scale_kr / sum_k a_kr N_kr`` with
-    ``a_kr = clip(2 s_kr - 1, 0, 1)`` is the pooled M-step's variance at the
-    common mean over the pooled clients (``a = 1``; with every client pooled,
-    pooled EM's), fading out those up to twice the threshold away
-    (``s >= 1/2``). Pooled components take it; unpooled ones move towards it;
-    clients beyond twice the threshold do not enter it, so an outlier's
-    variance (unbounded, unlike its mean's pull on the centre, which the
-    threshold bounds) cannot inflate it; far ones keep nearly their own.
-
-    Every step is continuous in the clients' estimates, which the iteration
-    needs: a hard switch between own and pooled variance at the threshold
-    made a client there flip between the two every round (found with 3,000
-    clients), and so did a pooled average that a client entered in full when
-    it crossed the threshold (sklearn's digits, 20 clients of 90 samples,
-    ``R = 10``: the pooled variance jumped by the client's ``N_kr / sum N``,
-    a fifth, and FedGrEM met ``max_iter`` in all three passes; with the fade,
-    84 rounds in all). Clients send ``N_kr scale_kr`` and ``N_kr``
-    (``n_k w_kr``): parameters and sizes, no data.
-
-    A variance is a claim too (``docs/threat-model.md``): a party whose mean sits on the centre could
-    send a variance a hundred times its data's and inflate every pooled one. So a client enters the
-    pooled variance only as far as its variances are typical (:func:`_typical`): in full within a
-    factor :data:`VARIANCE_RANGE` of the median client's, not at all beyond its square, continuously
-    between.
-    """
-    weight = N * np.clip(2.0 * share - 1.0, 0.0, 1.0) * _typical(scale)          # (K, R)
-    total = weight.sum(axis=0)
-    # Fractions first: a nearly empty component's N of 1e-300 times a variance would underflow to 0.
-    fraction = weight / np.where(total > 0, total, 1.0)
-    pooled = np.einsum("kr,krs->rs", fraction, scale)
-    # Where no client enters the pooled variance, every client keeps its own.
-    return _towards(scale, pooled, np.where(total > 0, share, 0.0)[..., None])
-
-
-#: How far (a factor) a client's variance may lie from the median client's and still enter the pooled
-#: variance in full (:func:`pool_variances`); beyond its square it does not enter.
-VARIANCE_RANGE = 4.0
-
-
-def _typical(scale):
-    """(K, R) how far each client's variances of a component enter the pooled one: 1 where every coordinate is
-    within a factor ``VARIANCE_RANGE`` of the median client's, 0 where one is beyond its square, log-linear
-    between. Ratios, so the same in any units."""
-    with np.errstate(divide="ignore"):
-        far = np.abs(np.log(scale / client_median(scale))).max(axis=2) / np.log(VARIANCE_RANGE)
-    return np.clip(2.0 - far, 0.0, 1.0)
-
-
-@vectorize(cache=True)
-def _towards(own, pooled, share):
-    """``own + share (pooled - own)``, exact at both ends: a pooled component (``share = 1``) gets the pooled
-    variance, an unmoved one its own. One compiled pass over the (K, R, s) variances (docs/performance.md)."""
-    if share == 1.0:
-        return pooled
-    if share == 0.0:
-        return own
-    return (pooled - own) * share + own
-
-
-def robust_scale(family, scale, sizes, lam, n_features, **solver):
-    """The variances' own robust central update (``pool_variances="robust"``; fedmm's, beyond the paper).
-
-    FedGrEM's central problem (Algorithm 1, :func:`fedmm.algorithms.central.central_update`) solved on
-    ``v_kr = family.log_scale(Sigma_kr)``, log-variances scaled so that each coordinate's sampling sd is
-    about ``1 / sqrt(N_kr)``: the role the noise units play for the means. For full covariances the
-    distance is ``||log Sigma_kr - log Sigma_bar_r||_F / sqrt(2)``, the log-Euclidean metric: a client
-    within ``lambda / sqrt(size)`` of the consensus takes it, a far one (an outlier's variances) keeps
-    all but that distance. Variances one per client (tied, shared noise) form one group per client.
-
-    Returns
-    -------
-    scale : ndarray of shape (K, R, s)
-    pooled : ndarray of shape (K, R), bool
-        Whose variances sit on the consensus.
-    """
-    per_component = family.scale_per_component
-    own = scale if per_component else scale[:, :1]
-    central = central_update(family.log_scale(own, n_features), sizes if per_component else sizes[:, None], lam,
-                             **solver)
-    pooled_scale = family.exp_scale(central.nu, n_features)
-    R = scale.shape[1]
-    return np.broadcast_to(pooled_scale, scale.shape).copy(), np.broadcast_to(central.pooled, (len(scale), R)).copy()
-
-
-def objective_scale(lam, lam_objective):
-    """``lambda_objective / lambda`` (1 when they are equal, also at 0 or infinity)."""
-    return 1.0 if lam == lam_objective else lam_objective / lam
+# FedGrEM's parts, each in a module of its own; their names stay importable from here.
+from .new_client import shrunk_client
+from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, scale_deviation,  # noqa: F401
+                       variance_information, variance_scores)
+from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
+from .variances import noise_scale, pool_variances, robust_scale
 
 
 class Consensus(NamedTuple):
@@ -298,24 +130,6 @@ class Pooled(NamedTuple):
     warned: bool
     lam: float
     memory: tuple
-
-
-def settle_penalty(chosen, pilot, memory):
-    """SURE's choice ``chosen`` made to settle: ``(lambda, memory)``, ``memory`` being ``(the penalties three
-    and two rounds back, the settled floor)`` (``(nan, nan, 0)`` before the first round); ``pilot`` is last
-    round's.
-
-    With many clients SURE's choice can alternate between two grid values every round: at one, the
-    clients' distances favour the other (the paper's design with 300 clients of 50 samples, a tenth of
-    them outliers: 19.95 and 31.62 in turn, and FedGrEM never converged in 500 rounds). Once the choices
-    have gone ``A, B, A, B``, ``lambda`` stays at least the larger of the two from then on: it may still
-    rise, never fall below, so the run settles. A single return (``A, B, A``) is left alone: on the
-    paper's GMM design it happens on the way to convergence, and flooring it moved a fit.
-    """
-    before_last, before, settled = memory
-    if chosen == before and pilot == before_last and chosen != pilot:
-        settled = max(settled, chosen, pilot)
-    return max(chosen, settled), (before, pilot, settled)
 
 
 class FedGrEM(GradientStrategy):
@@ -738,47 +552,6 @@ def _held_centres(on_centre, groups):
     return sum(on_centre[groups == g].any(axis=0) for g in np.unique(groups))
 
 
-def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3):
-    """One client's parameters shrunk towards a fixed consensus: the central problem (Algorithm 1; App. B.1,
-    eq. (6)) for one more client, with the centre ``nu_bar`` held at the federation's.
-
-    With the centre fixed, client ``k``'s part of the problem, ``min_nu (n/2) ||nu - theta_tilde||^2 +
-    sqrt(n) lambda ||nu - nu_bar||`` per component, is solved by the group soft-threshold of its own estimate
-    (the ``Delta_k`` step): ``nu = nu_bar + (theta_tilde - nu_bar) (1 - tau / ||theta_tilde - nu_bar||)_+``, in the
-    noise units of the consensus's variances (:func:`noise_scale`). Alternated with the client's E-step and
-    M-step on its own rows until no parameter moves by ``tol``: FedGrEM's fixed point for that client, its own
-    EM where it is far from the consensus, the consensus where it is near. The threshold is ``tau = lambda /
-    sqrt(n w_r R)``, at each component's own share of the client's rows (fedmm's; the fit's clients use ``n_k``,
-    raised to ``n_k (w_r R)^2`` for a component above its equal share, :meth:`FedGrEM._blocks`): a component a
-    few of a new client's rows hold is estimated from those few, and at ``n_k`` a client of 30 rows kept
-    components it could not estimate (``docs/research/groups.md``, "New clients").
-
-    Parameters
-    ----------
-    data : FederatedData
-        The client's rows (one client).
-    consensus : MixtureParams of one client
-        The consensus components, their variances, and the client's proportions at them.
-    lam : float
-        The penalty ``lambda`` (the fit's last, ``history_["penalty"][-1]``).
-    """
-    sigma = np.sqrt(family.coordinate_variances(consensus.scale))
-    center, params = consensus.theta, consensus
-    R = params.weights.shape[1]
-    for _ in range(max_iter):
-        stats = family.estep(data, params)[1]
-        own = MixtureParams(stats.N / data.n_samples[:, None], *family.m_step(stats))
-        share = own.weights * R
-        threshold = lam / np.sqrt(data.n_samples[:, None] * share * np.maximum(share, 1.0))
-        with np.errstate(divide="ignore", invalid="ignore"):     # an empty component: infinite threshold
-            nu = center + soft_threshold((own.theta - center) / sigma, threshold, family.central_metric(stats)) * sigma
-        moved = np.abs(nu - params.theta).max()
-        params = own._replace(theta=nu, scale=family.update_scale(stats, nu))
-        if moved < tol:
-            break
-    return params
-
-
 #: The fewest clients a group of :func:`fedmm.algorithms.central.grouped_central_update` holds: a single client far
 #: from every centre (an outlier) stays unpooled in its nearest group rather than get a centre of its own.
 MIN_GROUP = 3
@@ -790,101 +563,6 @@ def centre_cost(R, p, n_total):
     ``R``, the objective's units (a block's quadratic ``omega_kr / 2 ||nu - theta_tilde||^2`` with ``omega_kr`` about
     ``R N_kr`` is ``R`` times the component's log-likelihood in noise units)."""
     return R * 0.5 * R * p * np.log(n_total)
-
-
-#: Level of the outlier test per client (:func:`outlier_scores`).
-OUTLIER_LEVEL = 0.01
-
-#: Level of the test of a client's variances (:meth:`FedGrEM._outlier_scores`), a tenth of the means': EM's
-#: variances have heavier tails than the chi-square's, and a lie that matters is gross (a factor 4, where
-#: :func:`pool_variances` starts to leave a party out, is ``N / 2 d (log 4)^2``, about 230 on the attack suite's
-#: design, against a threshold of 18). Measured: no honest client flagged by it in 36 fits of three designs.
-VARIANCE_LEVEL = 0.001
-
-
-def outlier_scores(distance, N, p, level=OUTLIER_LEVEL, reference=None, rank=None, least_scale=0.0):
-    """Each client's outlier score: above 1, its estimates differ from the consensus more than the
-    clients' own spread explains, at level ``level``. fedmm's test: the paper has none (its theory
-    only needs the central update to leave outliers unpooled, Sec. 2.3).
-
-    ``z_kr = N_kr ||theta_tilde_kr - nu_bar_r||^2`` (distances in noise units, ``N_kr = n_k w_kr``
-    the component's effective size) is about ``chi2_p`` for a client whose component ``r`` equals the
-    consensus; a client's statistic is ``T_k``, the ``rank``-th smallest of its ``z_kr`` (the largest by
-    default), whose null law is that order statistic of ``R`` such variables. Its scale is estimated from
-    the clients themselves, robustly: ``T_k`` divided by ``median_k T_k / q(1/2)``, where
-    ``q(u) = F^{-1}(B^{-1}(u))``, ``B`` the Beta(rank, R - rank + 1) law of a uniform sample's order statistic
-    (``u^{1/R}`` for the largest); so the E-step's extra noise, and a similarity ``h > 0`` shared by most
-    clients, do not count as evidence. The score is the calibrated ``T_k`` over ``q(1 - level)``. On the
-    paper's GMM design the measured rate of honest clients flagged is 1.7% at ``h = 0`` and at ``h = 0.5``
-    (20 seeds; ``tests/test_fedgrem_statistics.py``), and every adversary of ``tests/test_adversarial.py`` is
-    flagged: the level is 1% because the statistic's tail is heavier than the chi-square's (5% flagged 6.7%
-    at ``h = 0``).
-
-    ``reference`` (a mask of clients) calibrates the scale on those clients alone: FedGrEM's largest group
-    when the clients form several (:func:`fedmm.algorithms.central.grouped_central_update`), whose clients'
-    distances to their centre are what the null law describes.
-
-    ``least_scale`` floors the estimated scale where the null law's own is known: the clients' spread may add
-    noise to it (the E-step's), never take any away, and with ten clients their median is low by a quarter by
-    chance (:meth:`FedGrEM._outlier_scores`'s variances).
-    """
-    R = distance.shape[1]
-    rank = R if rank is None else rank
-    T = np.sort(N * distance ** 2, axis=1)[:, rank - 1]
-    q = lambda u: chi2.ppf(beta.ppf(u, rank, R - rank + 1), p)
-    scale = max(np.median(T if reference is None else T[reference]) / q(0.5), least_scale)
-    if not scale > 0:
-        return np.zeros(len(T))
-    return T / scale / q(1.0 - level)
-
-
-def centre_pull(distance, N, p):
-    """(K,) how far each client pulls on the centre in the next round (``FedGrEM(reweighting=True)``, with one
-    centre): ``clip(2 - score_k, 0, 1)``, ``score_k`` the :func:`outlier_scores` of its distances to the centre
-    (in noise units, ``N`` the components' sizes, ``p`` their parameters). Fully while the centre explains its
-    estimates, not at all from twice the test's threshold, continuously between, as the pooled variances fade
-    (:func:`pool_variances`: a switch there made a client at the threshold flip every round). Everyone pulls
-    fully when a third of the clients or more would lose weight: the theory bounds the adversaries' share
-    below it (Theorem A.8), so so many clients far from their centre are the clients' own spread.
-
-    Measured (``docs/research/groups.md``): with three overlapping components (``make_grouped_gmm(n_groups=1,
-    spread=0.5)``) and an outlier client, the paper's problem let the outlier win the component the honest
-    clients held least (median error 4.10 against 1.76 reweighted, 10 seeds).
-    """
-    pull = np.clip(2.0 - outlier_scores(distance, N, p), 0.0, 1.0)
-    return pull if 3 * (pull < 1.0).sum() < len(pull) else np.ones(len(pull))
-
-
-def scale_deviation(family, scale, n_features, reference):
-    """(K, R or 1, q) each client's variances ``scale`` from the median client's among ``reference`` (a mask),
-    coordinate by coordinate as log-variances in noise units (:meth:`fedmm.families.Family.log_scale`): a
-    variance estimated from ``N_kr`` samples has ``N_kr ||deviation_kr||^2`` about ``chi2_q``, the null law
-    :func:`outlier_scores` calibrates. Ratios of variances, so the same in any units."""
-    v = family.log_scale(scale, n_features)
-    return v - client_median(v[reference])
-
-
-def variance_scores(deviation, N, reference):
-    """Each client's outlier score from its variances' :func:`scale_deviation` (K, R, q), ``N`` (K, R) the
-    components' sizes: :func:`outlier_scores` of ``||deviation_kr||`` with :func:`variance_information`'s
-    sizes, for gross lies. The median component's (a lie is in all of them; an E-step that mixes two of a
-    client's components inflates one component's variances by chance, measured up to 1.4 times the
-    largest's 0.5% quantile on the attack suite's design), at level :data:`VARIANCE_LEVEL`; their null scale
-    is known, so the clients' estimate of it is floored there."""
-    return outlier_scores(np.linalg.norm(deviation, axis=-1), variance_information(N), deviation.shape[-1],
-                          VARIANCE_LEVEL, reference, rank=(deviation.shape[1] + 1) // 2, least_scale=1.0)
-
-
-def variance_information(N):
-    """``2 / psi'((N - 1) / 2)``: what the size ``N`` is worth to a log-variance. A variance from ``N`` Gaussian
-    rows has ``nu = N - 1`` degrees of freedom, and its logarithm the variance ``psi'(nu / 2)`` (the trigamma
-    function; the log of a chi-square's), which :meth:`fedmm.families.Family.log_scale`'s ``2 / N`` only
-    approaches for large ``N``: at ``N = 5``, 0.645 against 0.4; a component of one row has none. Measured on
-    the attack suite's design (10 clients of 120 rows, ``R = 5``): with ``N`` itself, a component of one row
-    flagged an honest client."""
-    nu = np.maximum(N - 1.0, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.where(nu > 0, 2.0 / polygamma(1, nu / 2.0), 0.0)
 
 
 def _penalized_loglik(result):
