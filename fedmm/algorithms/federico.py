@@ -43,9 +43,10 @@ Choices where the paper leaves room (``docs/decentralized.md``):
   (mean ``P``, which the correction takes off; sd ``sqrt(2 P)``), so
   differences within about two of those sds are no evidence and share weight,
   while groups that differ by tens of nats are told apart.
-  ``validation/every_client.py``: 0.45 to 0.65 of each client's own EM error
+  ``validation/every_client.py``: 0.46 to 0.65 of each client's own EM error
   on the issue-61 shapes (``"mean"``: 1.25 to 4.7); on the paper's design at
-  ``h = 0`` 0.271 (``"mean"``: 0.258), at ``h = 1`` 1.57 (2.15).
+  ``h = 0`` 0.265 (``"mean"``: 0.258), at ``h = 1`` 1.59 (2.15)
+  (``docs/research/every-client.md``).
 - ``"sum"`` is eq. (3) as written: with likelihoods of continuous data each
   client's own model wins by about ``P`` nats, so the softmax is one-hot on it
   after one round and nobody collaborates.
