@@ -54,7 +54,7 @@ Choices where the paper leaves room (``docs/decentralized.md``):
   batch-mean losses (fedmm's default before issue 61). The weights then carry
   ``1 / n`` of the evidence: near uniform where groups are close (a gap of
   0.03 nats a sample), so every model is fitted on nearly every client's rows
-  and clients of a small or close group take the others' components: 1.4 to
+  and clients of a small or close group take the others' components: 1.25 to
   4.7 times their own EM's error in ``validation/every_client.py``.
 - The first round evaluates every model on every client (all-to-all, once):
   Algorithm 1 starts the unseen losses at 0 (line 3), an optimistic guess for
