@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.kernels import _numpy as reference, get_kernels, gpu_available, resolve_backend
 from fedmm.kernels._array_module import kernels as array_module_kernels
-from fedmm.kernels._numba import PIECE, _pieces
+from fedmm.kernels._compiled import PIECE, _pieces
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 numba_kernels = get_kernels("numba")
@@ -159,7 +159,7 @@ def test_the_vectorized_exponential_matches_numpys():
     within one unit of the smallest subnormal), exp(0) = 1 exactly, and 0 for -inf."""
     from numba import njit
 
-    from fedmm.kernels._numba import _exp_block
+    from fedmm.kernels._compiled import _exp_block
 
     @njit
     def exp_block(z):

@@ -3,7 +3,8 @@ import pytest
 
 from fedmm.data import FederatedData
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
-from fedmm.kernels._numpy import _gaussian_log_prob, _regression_log_prob
+from fedmm.kernels.gaussian import _gaussian_log_prob
+from fedmm.kernels.regression import _regression_log_prob
 
 
 def _gaussian_setup(rng, covariance_type, K=2, R=3, d=4):

@@ -135,7 +135,7 @@ def crossover(cores, sizes=(1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 200_000
     under load; prints one row per size and returns the rows."""
     from fedmm import threads
     from fedmm.algorithms.central import _irls_loop
-    from fedmm.kernels import _numba
+    from fedmm.kernels import _compiled, gaussian
     rng = np.random.RandomState(0)
     R, d = 5, 10
     rows = []
@@ -145,18 +145,18 @@ def crossover(cores, sizes=(1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 200_000
             for n in sizes:
                 X = rng.standard_normal((n, d))
                 offsets = np.append(np.arange(0, n, 150), n)  # clients of 150 samples, as the quick start's
-                starts, ends, owners = _numba._pieces(offsets)
+                starts, ends, owners = _compiled._pieces(offsets)
                 C = len(offsets) - 1
                 means = rng.standard_normal((C, R, d))
-                const, precision, layout = _numba._gaussian_constants(np.full((C, R), 1.0 / R), means,
-                                                                      np.ones((C, R, 1)))
+                const, precision, layout = gaussian._gaussian_constants(np.full((C, R), 1.0 / R), means,
+                                                                        np.ones((C, R, 1)))
                 estep = (X, starts, ends, owners, const, means, precision, layout, 2)
                 K = n  # the central update: K R p parameters, the E-step's work per iteration
                 theta = rng.standard_normal((R, K, d))
                 weights = np.ones((R, K))
                 irls = (theta, weights * 50, weights, weights, 1.0, theta.mean(axis=1), 1e-300, 12)
                 row = {"load": load, "work": n * R * d}
-                for label, kernel, args in (("estep", _numba._gaussian_pass, estep), ("irls", _irls_loop, irls)):
+                for label, kernel, args in (("estep", gaussian._gaussian_pass, estep), ("irls", _irls_loop, irls)):
                     repeats = max(5, int(3e6 // (n * R * d) * 20))
                     for copy in ("serial", "parallel"):
                         fn = getattr(kernel, copy)

@@ -6,7 +6,7 @@ import numpy as np
 from numba import vectorize
 
 from .. import kmeans
-from ..kernels._numpy import precision_cholesky
+from ..kernels.gaussian import precision_cholesky
 from ..robust import client_median
 from ..units import Units, scale_or_one
 from ._base import _TINY, Family, MixtureParams, one_hot
@@ -198,7 +198,7 @@ class GaussianFamily(Family):
 
     @property
     def _squares(self):
-        """Which squared sums the variances need (see ``fedmm.kernels._numpy._gaussian_stats``)."""
+        """Which squared sums the variances need (see ``fedmm.kernels.gaussian._gaussian_stats``)."""
         return {"identity": "none", "spherical": "total", "diag": "coordinates", "tied": "outer",
                 "full": "outer"}[self.covariance_type]
 

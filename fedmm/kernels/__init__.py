@@ -1,10 +1,11 @@
 """Hot loops: posteriors with log-sum-exp and responsibility-weighted sums.
 
-The backend is chosen here and only here. Every backend offers the functions
-of :mod:`fedmm.kernels._numpy`, the reference implementation and the oracle of
-every fast path:
+Kernels are grouped by family, backends as implementations: :mod:`fedmm.kernels.gaussian` and
+:mod:`fedmm.kernels.regression` each hold the family's numpy reference (the oracle of every fast path), Numba
+and array-module implementations. The backend is chosen here and only here; each backend's module gathers the
+families' implementations under one set of names (``gaussian_estep``, ``regression_log_resp``, ...):
 
-- ``"numpy"``: the reference (per-client blocks of dense linear algebra);
+- ``"numpy"``: the reference, per-client blocks of dense linear algebra (:mod:`fedmm.kernels._numpy`);
 - ``"numba"``: one fused pass per round (:mod:`fedmm.kernels._numba`), parallel
   where the work pays for the threads (:mod:`fedmm.threads`), compiled on first
   use and cached on disk;
@@ -12,8 +13,8 @@ every fast path:
 - ``"auto"``: CuPy when it is installed, a GPU is present and the problem has
   at least ``GPU_MIN_SAMPLES`` samples; Numba otherwise.
 
-Fast backends are imported only when asked for, so importing fedmm loads
-neither Numba's compiler nor CuPy.
+Fast backends are built only when asked for, so importing fedmm compiles no
+kernel and loads no CuPy.
 
 Kernels belong to families: fedmm's Gaussian and regression families call the
 ``gaussian_*`` and ``regression_*`` functions of their backend through
