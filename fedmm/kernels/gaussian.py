@@ -251,7 +251,8 @@ def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout,
             _log_posteriors(lp, nb, i0, log_norm, log_resp)
 
 
-_SQUARES = {"none": 0, "coordinates": 1, "total": 2, "outer": 3}
+#: The compiled passes' code of each kind of squares (:data:`SQUARES`).
+_SQUARES = {squares: code for code, squares in enumerate(SQUARES)}
 
 
 def _mirror(S, d):
