@@ -105,9 +105,10 @@ _SHARED_ATTRS_DOC = """
         carries them; the same in one process as on Flower (``docs/decentralized.md``, "Communication").
     center_ : ndarray of shape (n_components, n_features)
         The consensus: FedGrEM's ``nu_bar`` (its largest group's), the shared estimate of FedEM and
-        the pooled methods, the median of the client estimates otherwise.
+        the pooled methods, FedeRiCo's most used model, the median of the client estimates otherwise.
     centers_ : ndarray of shape (n_groups, n_components, n_features)
-        Every group's consensus, the largest first (FedGrEM's ``n_centers``; one group otherwise).
+        Every group's consensus, the largest first (FedGrEM's ``n_centers``, FedeRiCo's models in use; one
+        group otherwise). ``personalize`` fits a new client at each and keeps the best.
     groups_ : ndarray of shape (n_clients,)
         FedGrEM only: each client's group, 0 the largest (``docs/fedgrem.md``, "Groups of clients").
     pooled_, distance_to_center_ : ndarray of shape (n_clients, n_components)
