@@ -35,13 +35,13 @@ class _Recorded(LocalGrid):
         return replies
 
 
-def _fits(method, K=4, rounds=20, unit="client", noise="central", epsilon=4.0, means_init=False):
+def _fits(method, K=4, rounds=20, unit="client", noise="central", epsilon=4.0, means_init=False, methods=()):
     X, truth = make_federated_gmm(K, 100, random_state=0)
     options = dict(method=method, random_state=0, privacy=DifferentialPrivacy(epsilon, 1e-6, bounds=(-7, 7),
                                                                              rounds=rounds, unit=unit, noise=noise))
     if means_init:   # one stage from the design's centres (moved by 0.5): no split decisions
         options["means_init"] = truth.theta[0] + 0.5
-    grid = _Recorded([client_app(lambda ctx, k=k: (X[k], None)) for k in range(K)])
+    grid = _Recorded([client_app(lambda ctx, k=k: (X[k], None), methods=methods) for k in range(K)])
     remote = fit(FederatedGaussianMixture(5, **options), grid)
     # Secure aggregation clips every coordinate of an update as well as its norm: the in-process fit it must
     # equal does the same.
@@ -121,6 +121,19 @@ def test_under_local_noise_each_party_noises_its_own_reply_and_the_fit_is_the_in
     np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=0.1 if unit == "client" else 1e-2)
     kinds = {message.metadata.message_type for message, _ in grid.exchanges}
     assert kinds == {"query.hello", "query.units", "query.start", "query.private_step"}
+
+
+@QUIET
+@pytest.mark.parametrize("noise", ["central", "local"])
+def test_a_method_from_outside_fits_privately_across_parties(noise):
+    """tests/median_em.py's private form, with no edit to fedmm, on Flower: under secure aggregation its release is
+    FedEM's (the in-process fit's to 1e-4, as FedEM's above); under local noise each party noises its own update
+    and the server takes MedianEM's median of them (the in-process fit's within the noise's reach, as above)."""
+    from median_em import MedianEM
+    remote, local, grid = _fits(MedianEM(), noise=noise, epsilon=4.0 if noise == "central" else 1e6,
+                                means_init=noise == "local", methods=[MedianEM])
+    assert isinstance(remote.method_, MedianEM) and remote.n_iter_ == local.n_iter_ == 20
+    np.testing.assert_allclose(remote.means_, local.means_, rtol=0, atol=1e-4 if noise == "central" else 0.1)
 
 
 @QUIET
