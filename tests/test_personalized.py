@@ -85,6 +85,19 @@ def test_the_fit_follows_the_closed_form_of_its_losses(loss, beta):
     np.testing.assert_allclose(fit.diagnostics.w, expected, rtol=1e-10)
 
 
+def test_a_federico_client_reports_its_own_proportions():
+    """A model used by several clients carries proportions fitted on all their rows; each client reports its own,
+    refitted on its rows at its model's components: its proportions are EM's fixed point there (the mean of its
+    posteriors, to the refit's tolerance), which the model's shared ones, under label skew, are not."""
+    X, _ = make_federated_gmm(8, 150, centers=3.0 * CENTERS, concentration=0.5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fr = FederatedGaussianMixture(3, method="federico", covariance_type="spherical", random_state=0).fit(X)
+    assert (fr.used_models_ != np.arange(8)).any()
+    posterior_means = np.array([p.mean(axis=0) for p in fr.predict_proba(X)])
+    np.testing.assert_allclose(fr.weights_, posterior_means, atol=0.01)
+
+
 def test_a_new_federico_client_joins_the_model_that_fits_its_rows():
     """personalize: a new client of a minority group (9 + 3 clients, every component 4 apart) takes the model its
     group's clients rely on, not the majority's (it took the clients' median, the majority's: 3.97 against

@@ -235,8 +235,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         progress = Progress(self.verbose, offset=jacobian)
         result, alignment = self._estimate(family, clients, strategy, rng, user, progress=progress, moments=moments)
         used = strategy.used_models(result.diagnostics)
-        if used is not None:  # each client reports the model it relies on (FedeRiCo), and its likelihood under it
-            reported = result.params.take(used)
+        if used is not None:  # each client reports the model it relies on (FedeRiCo), and its likelihood under it,
+            reported = result.params.take(used)   # with its own proportions at that model's components: a model's
+            reported = reported._replace(weights=clients.fit_weights(reported))   # are those of all who use it
             result = result._replace(params=reported, loglik=clients.loglik(reported))
         return self._set_fitted(strategy, family, clients, client_ids, result, alignment, units, jacobian)
 
