@@ -98,6 +98,19 @@ def test_a_federico_client_reports_its_own_proportions():
     np.testing.assert_allclose(fr.weights_, posterior_means, atol=0.01)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_federico_counts_a_group_once_however_many_of_its_models_its_clients_weigh(seed):
+    """Two groups of six (10 features, spread 6): a group's clients spread their weight over its models, fitted on
+    the same rows; its models tied within a factor e count as one centre (they gave three or four)."""
+    X, _, _ = make_grouped_gmm(n_groups=2, clients_per_group=6, n_samples=100, n_features=10, spread=6.0,
+                               outlier=False, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fr = FederatedGaussianMixture(3, covariance_type="diag", method="federico", max_iter=100,
+                                      random_state=seed).fit(X)
+    assert fr.centers_.shape == (2, 3, 10)
+
+
 def test_a_new_federico_client_joins_the_model_that_fits_its_rows():
     """personalize: a new client of a minority group (9 + 3 clients, every component 4 apart) takes the model its
     group's clients rely on, not the majority's (it took the clients' median, the majority's: 3.97 against
