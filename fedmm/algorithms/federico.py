@@ -62,6 +62,11 @@ Choices where the paper leaves room (``docs/decentralized.md``):
   densities.
 - ``beta=None`` accumulates the losses instead (``L_ij += l_ij``), the
   posterior of exact EM under a uniform prior (App. A, eqs. (22)-(24)).
+- After the rounds each client reports the model it weighs most
+  (:meth:`FedeRiCo.used_models`) with its own proportions, refitted on its
+  rows at that model's components: a model's proportions are those of all
+  the clients that use it. A new client (``personalize``) joins the group
+  whose model fits its rows best (:meth:`FedeRiCo.groups`).
 """
 
 import warnings
