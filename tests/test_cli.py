@@ -3,6 +3,7 @@ import pytest
 from fedmm.cli import main
 
 
+@pytest.mark.slow  # 4 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_demo_prints_a_table_and_writes_the_figure(tmp_path, capsys):
     assert main(["demo", "--reps", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

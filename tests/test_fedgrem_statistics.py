@@ -206,6 +206,7 @@ def test_sure_penalty_pools_where_the_papers_schedule_leaves_components_apart():
     assert np.mean(errors["sure"]) < 2 * np.sqrt(10 / (9 * 150 / 5))
 
 
+@pytest.mark.slow  # 4 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_sure_penalty_compares_starts_at_the_schedules_penalty():
     """Mixtures of regressions at h = 2 (App. B.1): the local-EM start's run drifts to local EM's wrong
     solutions (error ~8), where SURE sees clients far apart and chooses a small lambda; charged at that

@@ -203,6 +203,7 @@ def test_a_client_bad_from_the_start_is_left_out_and_too_few_clients_fail_clearl
         fit(_estimator(None, "fedgrem"), grid, min_clients=3)
 
 
+@pytest.mark.slow  # 3 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_fedgrem_keeps_an_adversarial_client_out_and_fedem_does_not():
     """One ClientApp sends arbitrary well-formed parameters every round (and statistics to match). The honest
     clients' FedGrEM error stays within what FedGrEM has in one process with an outlier client; FedEM's
@@ -301,6 +302,7 @@ def test_a_client_reads_its_rows_from_the_file_its_config_names(tmp_path):
         load_from_config(SimpleNamespace(node_config={}, run_config={}))
 
 
+@pytest.mark.slow  # 4 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_auto_penalty_on_flower_chooses_and_fits_as_in_one_process():
     """penalty="auto" across separate parties: every client deals its rows into folds from the seed the
     server sends, the server fits each candidate on the rows outside a fold (queries marked train_fold) and

@@ -430,6 +430,7 @@ def test_the_whitened_m_step_is_ems_m_step_when_no_row_is_clipped(covariance_typ
 
 @QUIET
 @pytest.mark.parametrize("noise", ["central", "local"])
+@pytest.mark.slow  # 5 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_privacy_for_each_row_costs_far_less_than_for_each_client(noise):
     """The paper's GMM design, 100 clients of 300 rows, epsilon 4 (docs/privacy.md): the noise on the sums is one
     row's among 30,000 (the clients' own among them under local noise), where client-level privacy's is one

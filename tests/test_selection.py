@@ -115,6 +115,7 @@ def test_selection_over_covariance_types_and_with_groups(data):
     assert selection.best_estimator.method == "fedem"
 
 
+@pytest.mark.slow  # 3 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_selection_for_regressions():
     X, y, truth = make_federated_mor(3, 300, centers=np.array([[4.0, 0.0], [-4.0, 2.0]]), random_state=0)
     selection = select_n_components(FederatedMixtureRegression(n_init=3, random_state=0), X, y,

@@ -64,6 +64,7 @@ def test_parse_range():
     assert parse_range("0,1.5") == [0.0, 1.5]
 
 
+@pytest.mark.slow  # 4 s: in CI's slow steps (.ci/run), so that the default run stays under 5 minutes
 def test_simulate_command_writes_its_outputs(tmp_path, capsys):
     assert main(["simulate", "--model", "mor", "--h", "0", "--reps", "1", "--methods", "d-fedgrem,local-em",
                  "--clients", "4", "--samples", "80", "--n-init", "2", "--out", str(tmp_path)]) == 0
