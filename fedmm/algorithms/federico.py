@@ -82,7 +82,7 @@ from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import n_floats
 from ._base import Strategy, em_update
-from .central import _relabelled
+from .central import numbered_by_size
 
 LOSSES = ("evidence", "mean", "sum")
 
@@ -335,7 +335,7 @@ class FedeRiCo(Strategy):
         tied = w >= w.max(axis=1, keepdims=True) / np.e
         tied[np.arange(len(w)), used] = True
         component = connected_components(csr_matrix(tied.T.astype(int) @ tied.astype(int)), directed=False)[1]
-        labels = _relabelled(component[used])
+        labels = numbered_by_size(component[used])
         models = [np.bincount(used[labels == g]).argmax() for g in range(labels.max() + 1)]
         return diagnostics.theta[models], labels
 

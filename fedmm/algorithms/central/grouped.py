@@ -109,7 +109,7 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
     def solved(labels):
         """Alternate solving and assigning from ``labels`` until no client moves: (labels, parts, centres, cost)."""
         for rounds_left in range(max_rounds - 1, -1, -1):
-            labels = _relabelled(labels)
+            labels = numbered_by_size(labels)
             parts = [_part_update(theta, n_k, lam, labels == g, solve) for g in range(labels.max() + 1)]
             centers = np.stack([part.center for part in parts])
             cost = huber_costs(theta, centers, threshold, omega, metric)
@@ -164,7 +164,7 @@ def _part_update(theta, n_k, lam, members, solve):
                           max_iter=solve["max_iter"])
 
 
-def _relabelled(labels):
+def numbered_by_size(labels):
     """Groups numbered ``0, 1, ...`` by decreasing size (ties by first client): group 0 is the largest."""
     groups, first, counts = np.unique(labels, return_index=True, return_counts=True)
     order = np.lexsort((first, -counts))
