@@ -205,6 +205,9 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state)]
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
+    if init == "screened" and family.needs_y and not getattr(family, "whiten", True):   # sparse regressions
+        from .algorithms.sparse_start import regression_screened_start
+        return [(regression_screened_start(family, clients, n_components, len(moments.mean), random_state), None)]
     if init == "screened":
         keep = _screen(family, clients, moments)
         if keep.size:
@@ -228,7 +231,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
 def screenable(family):
     """Whether ``init="screened"`` can run on ``family``: identity or spherical covariances, whose units keep
     the features' relative variances (a method's default of ``"screened"`` is ``"pooled-and-local"`` elsewhere)."""
-    return getattr(family, "covariance_type", None) in ("identity", "spherical")
+    return getattr(family, "covariance_type", None) in ("identity", "spherical") or \
+        (family.needs_y and not getattr(family, "whiten", True))   # regressions in per-feature units: sparse_start
 
 
 def screened_features(variances, n):

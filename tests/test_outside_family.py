@@ -39,7 +39,7 @@ def test_every_method_recovers_the_rates_in_one_process(method):
 def test_a_family_without_a_private_form_or_sparse_rounds_is_refused():
     X, _ = make_poisson_clients(n_clients=2, n_samples=60)
     est = FederatedPoissonMixture(3, method="sparse-fedgrem", init="family", random_state=0)
-    with pytest.raises(ValueError, match="sparse-fedgrem' fits Gaussian mixtures only for now.*PoissonFamily"):
+    with pytest.raises(ValueError, match="sparse-fedgrem' fits Gaussian mixtures and mixtures of regr.*PoissonFamily"):
         est.fit(X)
     assert not PoissonFamily.private_form
     pytest.importorskip("dp_accounting")

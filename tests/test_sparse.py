@@ -91,14 +91,6 @@ def test_equivariant_to_shifting_and_rescaling_features():
     assert a.support_[:3].all() and a.support_.sum() <= 4
 
 
-def test_regressions_are_refused_with_a_clear_error():
-    rng = np.random.default_rng(0)
-    X = [rng.normal(size=(50, 3)) for _ in range(3)]
-    y = [x[:, 0] + rng.normal(size=50) for x in X]
-    with pytest.raises(ValueError, match="Gaussian mixtures only"):
-        FederatedMixtureRegression(2, method="sparse-fedgrem", random_state=0).fit(X, y)
-
-
 def test_listed_in_the_registry_and_the_docs_and_validated():
     assert METHODS["sparse-fedgrem"] is SparseFedGrEM
     text = (ROOT / "docs" / "methods.md").read_text()

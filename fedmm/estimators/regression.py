@@ -7,7 +7,7 @@ from .. import _params as P
 from ..data import FederatedData
 from ..families import RegressionFamily
 from ..families.regression import NOISE_MODES
-from ..methods import GradientStrategy
+from ..methods import METHODS, GradientStrategy
 from ..simulate import make_federated_mor, sample_mor
 from ._base import _ARRAY_OR_NONE, _SHARED_CONSTRAINTS, _FederatedMixture
 from ._docs import _SHARED_ATTRS_DOC, _SHARED_PARAMS_DOC
@@ -103,8 +103,11 @@ class FederatedMixtureRegression(_FederatedMixture):
         return strategy
 
     def _make_family(self, backend):
+        # A method whose coefficients are sparse (sparse-fedgrem) fits in per-feature units: whitening would mix a
+        # sparse coefficient vector across every feature (RegressionFamily.units).
+        method = METHODS.get(self.method) if isinstance(self.method, str) else self.method
         return RegressionFamily(self.fit_intercept, self.noise_variance, precondition=self.precondition,
-                                backend=backend)
+                                backend=backend, whiten=not getattr(method, "per_feature_units", False))
 
     def _publish(self, params):
         d = self.n_features_in_

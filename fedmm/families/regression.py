@@ -41,12 +41,15 @@ class RegressionFamily(Family):
         paper's plain gradient, which assumes ``E[x x^T] = I``.
     backend : str
         Kernel backend (see :func:`fedmm.kernels.get_kernels`).
+    whiten : bool
+        The units (:meth:`units`): ``x`` whitened (True), or shifted and scaled per feature (False: a coefficient
+        that is zero stays zero in the fit's units, as sparse methods need, :mod:`fedmm.algorithms.sparse`).
     """
 
     needs_y = True
 
     def __init__(self, fit_intercept=True, noise_variance="component", reg_coef=1e-8, precondition=True,
-                 backend="numpy"):
+                 backend="numpy", whiten=True):
         if not (noise_variance in NOISE_MODES
                 or (isinstance(noise_variance, Real) and not isinstance(noise_variance, bool)
                     and noise_variance > 0)):
@@ -56,6 +59,7 @@ class RegressionFamily(Family):
         self.noise_variance = noise_variance
         self.reg_coef = reg_coef
         self.precondition = precondition
+        self.whiten = whiten
         super().__init__(backend)
 
     @property
@@ -72,20 +76,24 @@ class RegressionFamily(Family):
         equivariant under any invertible affine map of the features; centre ``y`` (with an intercept) and,
         when the noise variance is estimated, scale it by its pooled standard deviation. A fixed noise
         variance fixes the unit of ``y``, which is then only shifted. The whitened design has the pooled
-        second moment ``I`` that the paper's MoR analysis assumes (``x ~ N(0, I_d)``, Sec. 3.4, App. A.2)."""
+        second moment ``I`` that the paper's MoR analysis assumes (``x ~ N(0, I_d)``, Sec. 3.4, App. A.2).
+        Without :attr:`whiten`, each feature is scaled to unit second moment instead (``x_map`` a vector): the
+        paper's ``E[x_j^2] = 1`` per feature, and a feature without effect keeps a zero coefficient."""
         mean = moments.mean if self.fit_intercept else np.zeros_like(moments.mean)
         second = moments.second - np.outer(mean, mean)
         y_shift = moments.y_mean if self.fit_intercept else 0.0
         y_scale = 1.0
         if self._estimates_noise:
             y_scale = float(scale_or_one(moments.y_second - 2.0 * y_shift * moments.y_mean + y_shift ** 2))
-        return Units(mean, whitening(second), y_shift, y_scale)
+        x_map = whitening(second) if self.whiten else 1.0 / scale_or_one(np.diagonal(second))
+        return Units(mean, x_map, y_shift, y_scale)
 
     def to_original(self, params, units):
         """With ``z = W^T (x - m)`` and ``y = m_y + s_y y_std``: ``beta = s_y W gamma``,
         ``beta_0 = m_y + s_y gamma_0 - m^T beta``, ``sigma^2 = s_y^2 sigma_std^2``."""
         d = len(units.x_shift)
-        beta = units.y_scale * params.theta[..., :d] @ units.x_map.T
+        gamma = params.theta[..., :d]
+        beta = units.y_scale * (gamma * units.x_map if units.x_map.ndim == 1 else gamma @ units.x_map.T)
         if self.fit_intercept:
             intercept = units.y_shift + units.y_scale * params.theta[..., d] - beta @ units.x_shift
             beta = np.concatenate([beta, intercept[..., None]], axis=-1)
@@ -94,7 +102,8 @@ class RegressionFamily(Family):
     def to_internal(self, theta, units):
         d = len(units.x_shift)
         beta = theta[..., :d]
-        gamma = beta @ np.linalg.inv(units.x_map).T / units.y_scale     # inverts beta = s_y gamma W^T
+        inverse = 1.0 / units.x_map if units.x_map.ndim == 1 else np.linalg.inv(units.x_map).T
+        gamma = (beta * inverse if units.x_map.ndim == 1 else beta @ inverse) / units.y_scale  # beta = s_y gamma W^T
         if not self.fit_intercept:
             return gamma
         gamma0 = (theta[..., d] - units.y_shift + beta @ units.x_shift) / units.y_scale
