@@ -7,18 +7,20 @@ data at a time (or, batched, several clients' side by side, each computed on alo
 """
 
 import contextlib
+from typing import NamedTuple
 
 import numpy as np
 
 from .algorithms._base import em_update
+from .algorithms.local import echo
 from .families import MixtureParams
 from .families._base import one_hot
-from .protocol import Ledger, Transport, calls, n_floats, put, stack, take
+from .protocol import Broadcast, Ledger, Transport, calls, n_floats, put, stack, take
 from .robust import client_fold
 from .units import pooled_moments
 
-__all__ = ["MODES", "TRANSPORT", "LocalClients", "Rowless", "strict_rows", "server_side", "as_clients", "fit_weights",
-           "client_family_starts", "user_start"]
+__all__ = ["MODES", "TRANSPORT", "LocalClients", "LocalFit", "Rowless", "strict_rows", "server_side", "as_clients",
+           "fit_weights", "local_rounds", "client_change", "client_family_starts", "user_start"]
 
 MODES = ("batched", "per-client")
 
@@ -68,6 +70,80 @@ def client_family_starts(family, data, n_components, seeds):
     """
     resp = family.initial_resp_clients(data, n_components, seeds)
     return em_update(family, family.stats_from_resp(data, resp), data.n_samples)
+
+
+class LocalFit(NamedTuple):
+    """The rounds every client of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`) ran
+    alone (:func:`local_rounds`): what it replies to the query ``local``.
+
+    Attributes
+    ----------
+    params : MixtureParams
+        (K, ...) each client's parameters after its last round.
+    n_iter : ndarray of shape (K,)
+        Its rounds.
+    converged : ndarray of shape (K,)
+        Whether its stopping rule held before ``max_iter``.
+    loglik : ndarray of shape (K,)
+        Its log-likelihood at ``params``.
+    trace : ndarray of shape (K, T)
+        Its log-likelihood at each round's parameters (the E-step's), its last after it stopped.
+    moved : ndarray of shape (K, T)
+        Its largest parameter change in each round, 0 after it stopped.
+    """
+
+    params: MixtureParams
+    n_iter: np.ndarray
+    converged: np.ndarray
+    loglik: np.ndarray
+    trace: np.ndarray
+    moved: np.ndarray
+
+
+def local_rounds(strategy, family, data, broadcast, max_iter, tol, mode="batched"):
+    """Every client's rounds of a method that runs on its own from its start ``broadcast``, each client as if
+    alone: a :class:`LocalFit`.
+
+    After its start such a method's server only sends each client its own message back (:func:`echo`), so the
+    client computes that itself and needs no round trip: a round is :meth:`~fedmm.algorithms.Strategy.client_step`
+    from the client's own last parameters, and the client stops at its own stopping rule (the engine's,
+    :class:`fedmm.engine._Pass`, on one client: the first round whose ``strategy.stop_on`` change is below
+    ``tol``), as scikit-learn's ``GaussianMixture`` fitted on its rows alone would. In this process all clients
+    step side by side, each on its own rows; a client that stopped (or diverged) is not stepped again.
+    """
+    K, n_k = data.n_clients, data.n_samples
+    state = _clients(lambda d, p: strategy.client_start(p, d.n_samples), data, mode, broadcast.params)
+    params = broadcast.params
+    n_iter, converged = np.zeros(K, dtype=int), np.zeros(K, dtype=bool)
+    loglik, previous, trace, moved = np.zeros(K), np.full(K, np.nan), [], []
+    active = np.arange(K)
+    step = lambda d, s, b: strategy.client_step(family, d, s, b)  # noqa: E731
+    with np.errstate(over="ignore", invalid="ignore"):
+        while active.size and len(trace) < max_iter:
+            everyone = active.size == K
+            part = (lambda tree: tree) if everyone else (lambda tree: take(tree, active))  # noqa: E731
+            messages, states = _clients(step, data if everyone else data.clients(active), mode, part(state),
+                                        part(broadcast))
+            old, new = part(params), echo(messages).params
+            # The first round hears everyone: its states carry what the start sent (a prior) wholesale.
+            state = states if everyone else put(state, active, states)
+            params = new if everyone else put(params, active, new)
+            broadcast = Broadcast(params)
+            loglik[active], mean_ll, change = messages.loglik, messages.loglik / n_k[active], client_change(new, old)
+            trace.append(loglik.copy())
+            moved.append(np.zeros(K))
+            moved[-1][active] = change
+            calm = change < tol if strategy.stop_on == "parameter_change" else np.abs(mean_ll - previous[active]) < tol
+            previous[active] = mean_ll
+            n_iter[active] = len(trace)
+            converged[active] = calm
+            active = active[~calm & np.isfinite(mean_ll) & np.isfinite(change)]
+    return LocalFit(params, n_iter, converged, family.estep(data, params)[0], np.array(trace).T, np.array(moved).T)
+
+
+def client_change(new, old):
+    """(K,) each client's largest change of a weight or parameter coordinate between ``old`` and ``new``."""
+    return np.maximum(np.abs(new.theta - old.theta).max(axis=(1, 2)), np.abs(new.weights - old.weights).max(axis=1))
 
 
 def _clients(fn, data, mode, *trees):
@@ -173,6 +249,22 @@ class LocalClients:
         """:meth:`loglik` for several runs side by side in one query: ``runs``, a list of ``(slot, params)``."""
         self._record("loglik", None, [params for _, params in runs], len(runs))
         return [_clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params) for _, params in runs]
+
+    def local(self, strategy, broadcast, max_iter, tol):
+        """Every client runs its own rounds of ``strategy`` (a method that runs on its own) from ``broadcast``:
+        a :class:`LocalFit` (:func:`local_rounds`)."""
+        return self.local_runs([(strategy, broadcast, max_iter, tol)])[0]
+
+    def local_runs(self, runs):
+        """Every client's own rounds of several runs of methods that run on their own, in one query: ``runs``, a
+        list of ``(strategy, broadcast, max_iter, tol)``; a list of :class:`LocalFit` (:func:`local_rounds`)."""
+        fits = [local_rounds(strategy, self.family, self.data, broadcast, max_iter, tol, self.mode)
+                for strategy, broadcast, max_iter, tol in runs]
+        # Each client replies with its parameters, three numbers and its own rounds' two traces.
+        up = sum(_per_client(fit.params) + 3 + 2 * fit.n_iter for fit in fits)
+        self.ledger.record("local", None, 8 * _per_client([broadcast.params for _, broadcast, _, _ in runs]), 8 * up,
+                           method=_method(runs[0][0]))
+        return fits
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""

@@ -28,7 +28,7 @@ from .algorithms import GradientStrategy
 from .families import MixtureParams
 from sklearn.utils import check_random_state
 
-from .clients import LocalClients, as_clients, fit_weights
+from .clients import LocalClients, as_clients, client_change, fit_weights
 from .protocol import put, take
 from .robust import first_best
 
@@ -256,7 +256,9 @@ def drive(clients, runs):
                  if slot in starting and (query != "step" or ask[3] is not None)]
         if alone:
             clients.start_runs([(slot, *starting.pop(slot)) for slot in alone])
-        if query == "step":
+        if query == "local":
+            answers = clients.local_runs([ask[1:] for ask in asks])
+        elif query == "step":
             answers = clients.step_runs([(slot, *ask[1:], starting.pop(slot, None)) for slot, ask in zip(asking, asks)])
         else:
             answers = clients.loglik_runs([(slot, *ask[1:]) for slot, ask in zip(asking, asks)]) if query == "loglik" \
@@ -312,6 +314,8 @@ class _Pass:
         # them still moving) each calm one stops, as scikit-learn's fit on it alone would, and only the
         # others step; before it, every client steps until all are calm at once.
         self.tail = False
+        # A method whose server only echoes its clients runs each client's rounds on the client, in one query.
+        self.local = strategy.local and hasattr(clients, "local") and participation is None
 
     def rounds(self, max_iter, tol, progress, restart_next=None):
         """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`.
@@ -319,6 +323,8 @@ class _Pass:
         A generator of the queries it asks (:func:`drive`)."""
         strategy, n_k = self.strategy, self.n_k
         K = len(n_k)
+        if self.local:
+            return (yield from self._local_rounds(max_iter, tol, progress))
         yield "start", strategy, self.start
         bound = divergence_bound(self.data_scale)
         if self.deferred:  # resumed: the early stop was no evidence of calm
@@ -340,7 +346,7 @@ class _Pass:
                 new = self.broadcast.params
                 _check_finite(strategy, new, self.messages.loglik, t, bound)
                 mean_ll = self.messages.loglik / n_k
-                moved = _client_change(new, self.params)
+                moved = client_change(new, self.params)
                 sent = (self.messages, self.broadcast) if everyone else \
                     (take(self.messages, heard), take(self.broadcast, heard))
                 self.history.append({"log_likelihood": self.messages.loglik.sum() / n_k.sum(),
@@ -358,6 +364,26 @@ class _Pass:
         progress.end(self.t, converged, loglik.sum() / n_k.sum())
         records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
         return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
+
+    def _local_rounds(self, max_iter, tol, progress):
+        """:meth:`rounds` of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`): every client
+        runs its rounds alone and replies once (:func:`fedmm.clients.local_rounds`); the history is the clients'
+        together, each at its last values once it stopped."""
+        strategy, n_k = self.strategy, self.n_k
+        fit = yield "local", strategy, self.broadcast, max_iter, tol
+        self.params, self.t = fit.params, int(fit.n_iter.max())
+        nothing = strategy.communication(None, None, self.server)     # nothing crosses between rounds
+        self.history = [{"log_likelihood": trace.sum() / n_k.sum(), "parameter_change": moved.max(), **nothing,
+                         **strategy.round_info(self.server)} for trace, moved in zip(fit.trace.T, fit.moved.T)]
+        for t, record in enumerate(self.history, start=1):
+            progress.round(t, record)
+        _check_finite(strategy, self.params, fit.loglik, self.t, divergence_bound(self.data_scale))
+        if strategy.ascent:
+            _check_progress(strategy, fit.trace[:, 0].sum(), fit.loglik.sum())
+        converged = bool(fit.converged.all())
+        progress.end(self.t, converged, fit.loglik.sum() / n_k.sum())
+        records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
+        return FitResult(self.params, self.t, converged, records, fit.loglik, strategy.diagnostics(self.server))
 
     def _settled(self, t, moved, mean_ll, heard, tol, restart_next):
         """The stopping rule after round ``t``: whether every client is now calm.
@@ -413,11 +439,6 @@ class _Pass:
                                    "earlier message to use for the others.")
             self.messages = put(self.messages, heard, replies)
         return everyone
-
-
-def _client_change(new, old):
-    """(K,) each client's largest change of a weight or parameter coordinate."""
-    return np.maximum(np.abs(new.theta - old.theta).max(axis=(1, 2)), np.abs(new.weights - old.weights).max(axis=1))
 
 
 def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):

@@ -244,6 +244,15 @@ class Transport(Rounds, Protocol):
     def loglik_runs(self, runs):
         """:meth:`loglik` of several runs in one query: ``runs``, a list of ``(slot, params)``; a list of (K,)."""
 
+    def local(self, strategy, broadcast, max_iter, tol):
+        """Every client runs its own rounds of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`)
+        from ``broadcast``: a :class:`fedmm.clients.LocalFit`."""
+
+    def local_runs(self, runs):
+        """Every client runs its own rounds of methods that run on their own (:attr:`~fedmm.algorithms.Strategy.local`),
+        several runs in one query: ``runs``, a list of ``(strategy, broadcast, max_iter, tol)``; a list
+        of :class:`fedmm.clients.LocalFit`."""
+
     def moments(self):
         """The clients' pooled moments (:func:`fedmm.units.pooled_moments`): sums the server adds."""
 

@@ -171,11 +171,11 @@ class _OneAtATime:
     """In-process clients without the calls of runs side by side: :func:`fedmm.engine.drive` runs them one after
     another, a query each, as before runs went side by side."""
 
-    def __init__(self, clients):
-        self._clients = clients
+    def __init__(self, clients, hide=()):
+        self._clients, self._hide = clients, hide
 
     def __getattr__(self, name):
-        if name.endswith("_runs"):
+        if name.endswith("_runs") or name in self._hide:
             raise AttributeError(name)
         return getattr(self._clients, name)
 
@@ -218,3 +218,25 @@ def test_a_fit_reports_its_queries_by_phase():
     queries = gm.communication_["query"]
     assert set(queries[phases == "setup"]) == {"hello", "units"}
     assert (queries[phases == "rounds"] == "step").sum() >= gm.n_iter_
+
+
+@pytest.mark.parametrize("method", ["local-em", "local-grem", "tgmm"])
+def test_a_local_method_runs_each_client_alone_in_one_query(method):
+    """A method whose server only echoes (``Strategy.local``) asks its clients once: each runs its rounds to its
+    own stopping rule, and ends where the rounds of one query each end for that client alone, to the last bit."""
+    from fedmm.clients import LocalClients
+    data, family, start = _problem()
+    strategy = METHODS[method]()
+    clients = LocalClients(family, data)
+    fit = run(strategy, family, clients, start, 200, 1e-4)
+    assert list(clients.ledger.summary()["query"]) == ["local"]
+    assert fit.n_iter == fit.history["log_likelihood"].size < 200
+    if method == "tgmm":    # a client's prior comes from the others' starts: no client alone has it
+        return
+    for k in range(K):
+        alone = _OneAtATime(LocalClients(family, data.clients(np.array([k]))), hide=("local",))
+        own = run(strategy, family, alone, MixtureParams(*(field[k:k + 1] for field in start)), 200, 1e-4)
+        assert set(alone.ledger.summary()["query"]) == {"start", "step", "loglik"}
+        for x, y in zip(own.params, fit.params):
+            np.testing.assert_array_equal(x[0], y[k])
+        np.testing.assert_array_equal(own.loglik[0], fit.loglik[k])

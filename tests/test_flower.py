@@ -120,9 +120,9 @@ BAD_REPLIES = {
 @pytest.mark.parametrize("kind", sorted(BAD_REPLIES))
 def test_each_malformed_reply_is_rejected_named_and_the_fit_goes_on(kind, caplog):
     """A client that turns bad after two rounds: its replies are rejected, logged with its node id and
-    the reason, and the rounds go on with its last good message (FedGrEM, GMM). It stays bad, so at the
-    first round of the next run (local EM's starts run first), with no earlier message to stand in,
-    it is left out and the fit starts again without it."""
+    the reason, and the rounds go on with its last good message (FedGrEM, GMM). It stays bad, so after
+    three rejections in a row (``STRIKES``) it is left out and the fit starts again without it (before, it
+    stayed, and its stale message kept FedGrEM from converging in 200 rounds)."""
     tamper, reason = BAD_REPLIES[kind]
     X, y, _ = _gmm()
     apps = _apps(X)
@@ -135,6 +135,23 @@ def test_each_malformed_reply_is_rejected_named_and_the_fit_goes_on(kind, caplog
     assert "node 4" in caplog.text and reason in caplog.text
     assert np.all(np.isfinite(remote.means_))
     np.testing.assert_array_equal(remote.client_ids_, [0, 1, 2, 4, 5])
+
+
+@pytest.mark.parametrize("tamper, reason", [
+    (_set("n_iter", lambda n: n * 0 + 1e6), "not a number of rounds"),
+    (_set("trace", lambda t: t[:-1]), "shape"),
+    (_set("theta", lambda t: t * 1e12), "beyond")])
+def test_a_client_whose_own_rounds_reply_is_malformed_is_left_out(tamper, reason):
+    """Local EM's start runs each client's rounds on the client, one query (``local``): a reply whose rounds
+    cannot be (beyond ``max_iter``, traces of another length) or whose parameters fail a round's checks has no
+    earlier message to stand in for it, so the client leaves and the fit starts again without it."""
+    X, y, _ = _gmm()
+    apps = _apps(X)
+    apps[2] = _tampering(apps[2], "local", tamper)
+    remote = fit(_estimator(None, "fedgrem", center_restarts=0), LocalGrid(apps))
+    assert [(r.node, r.action) for r in remote.flower_rejections_] == [(3, "local")]
+    assert reason in remote.flower_rejections_[0].reason
+    np.testing.assert_array_equal(remote.client_ids_, [0, 1, 3, 4, 5])
 
 
 def test_a_client_that_raises_or_does_not_answer_is_skipped_for_the_round():

@@ -125,10 +125,21 @@ def test_a_deferred_pass_resumes_where_it_stopped_when_the_restart_keeps_none(ca
     np.testing.assert_array_equal(deferred.weights_, full.weights_)
 
 
-def test_local_em_clients_stop_at_their_own_calm_round_once_few_still_move():
-    """Local EM's clients solve separate problems: once at most 1% of them still move, each calm client
-    stops (scikit-learn's rule, client by client) and only the others are asked. The clients that stopped
-    keep their estimates: EM's further rounds could only have raised their likelihood, never lowered it."""
+class _RoundByRound(LocalClients):
+    """In-process clients without the query ``local``, as a private fit's transport: a local method's rounds
+    go one query each."""
+
+    def __getattribute__(self, name):
+        if name in ("local", "local_runs"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_local_em_clients_asked_round_by_round_stop_at_their_own_calm_round_once_few_still_move():
+    """Local EM's clients solve separate problems: asked round by round, once at most 1% of them still move,
+    each calm client stops (scikit-learn's rule, client by client) and only the others are asked. The clients
+    that stopped keep their estimates: EM's further rounds could only have raised their likelihood, never
+    lowered it. (A transport with the query ``local`` runs each client alone from the first round.)"""
     X, _ = make_federated_gmm(300, 50, random_state=0)
     data, family = FederatedData.from_input(X), GaussianFamily("diag")
     start = client_family_starts(as_clients(family, data), 5, np.random.RandomState(0))
@@ -139,9 +150,9 @@ def test_local_em_clients_stop_at_their_own_calm_round_once_few_still_move():
         return step(self, runs)
 
     with mock.patch("fedmm.engine.DEFER", 0.0):
-        every = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
+        every = run(METHODS["local-em"](), family, _RoundByRound(family, data), start, 500, 1e-3)
     with mock.patch.object(LocalClients, "step_runs", counted):
-        tail = run(METHODS["local-em"](), family, data, start, 500, 1e-3)
+        tail = run(METHODS["local-em"](), family, _RoundByRound(family, data), start, 500, 1e-3)
     assert tail.converged and min(asked) <= 3 and sum(asked) < 300 * every.n_iter
     gain = (every.loglik - tail.loglik) / data.n_samples
     assert gain.min() > -1e-9 and 0 < np.count_nonzero(gain > 1e-9) < 300
@@ -152,6 +163,9 @@ def _shapes(value):
     if value is None:
         return None
     return tuple(_shapes(v) for v in value) if isinstance(value, tuple) else np.shape(value)
+
+
+_local_runs = LocalClients.local_runs
 
 
 @pytest.mark.parametrize("model", ["gmm", "mor"])
@@ -170,6 +184,10 @@ def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, me
         return original(self, messages, state, t)
 
     monkeypatch.setattr(cls, "server_step", watched)
+    if cls.local:   # its clients run their rounds alone: the server hears each once, its rounds' outcome
+        monkeypatch.setattr(LocalClients, "local_runs", lambda self, runs: [
+            seen.append({field: _shapes(value) for field, value in fit._asdict().items()}) or fit
+            for fit in _local_runs(self, runs)])
     shapes = []
     for sizes in ([40, 50, 60], [400, 500, 600]):
         family, data, start = _problem(model, sizes)
@@ -181,9 +199,9 @@ def test_the_server_sees_only_messages_whose_size_does_not_grow_with_n(model, me
         shapes.append(seen[0])
     assert shapes[0] == shapes[1]  # ten times the samples, the same message
     for field, shape in shapes[0].items():
-        for leaf in [] if shape is None else shape if field == "stats" else [shape]:
+        for leaf in [] if shape is None else shape if field in ("stats", "params") else [shape]:
             assert leaf is None or leaf[0] == 3, field  # one row per client, nothing per sample
-    assert (shapes[0]["stats"] is not None) == cls.sends_stats
+    assert cls.local or (shapes[0]["stats"] is not None) == cls.sends_stats
 
 
 BAD_OPTIONS = [

@@ -144,6 +144,11 @@ class Strategy(BaseEstimator, ABC):
         round may hear only some clients (the estimators' ``participation``).
         False for the local methods and TGMM (nothing is sent after the start)
         and the decentralized methods (messages go between neighbours).
+    local : bool
+        Whether, after its start, the server only sends each client its own message back
+        (:func:`~fedmm.algorithms.local.echo`; the local methods, TGMM): each client then runs its rounds alone,
+        to its own stopping rule, and replies once (the query ``local``, :func:`fedmm.clients.local_rounds`).
+        Such a method is not :attr:`client_server`.
     name : str
         The name ``method=`` takes for this strategy (:data:`fedmm.methods.METHODS`).
     robust : bool
@@ -166,12 +171,16 @@ class Strategy(BaseEstimator, ABC):
     stop_on = "log_likelihood"
     ascent = True
     client_server = True
+    local = False
     name = None
     robust = False
     models = ("gmm", "mor")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if cls.local and cls.client_server:
+            raise TypeError(f"{cls.__name__}: a local method's clients run their rounds alone (local = True), so no "
+                            "server hears them every round: set client_server = False.")
         if "private" not in vars(cls):   # a private form holds for the rounds it was declared for: not inherited
             cls.private = Strategy.private
 

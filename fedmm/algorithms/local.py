@@ -21,6 +21,7 @@ class LocalEM(Strategy):
 
     name = "local-em"
     client_server = False
+    local = True
 
     def local_update(self, family, stats, state, n_k):
         return em_update(family, stats, n_k)
@@ -39,6 +40,7 @@ class LocalGrEM(GradientStrategy):
 
     name = "local-grem"
     client_server = False
+    local = True
 
     def server_step(self, messages, state, t):
         return echo(messages), state

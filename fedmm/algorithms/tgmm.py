@@ -42,6 +42,7 @@ class TGMM(Strategy):
     default_init = "local-em"
     ascent = False
     client_server = False
+    local = True
 
     def __init__(self, penalty=0.4):
         self.penalty = penalty

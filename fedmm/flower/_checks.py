@@ -8,7 +8,7 @@ class Gone(str):
 
 
 #: Queries whose replies are computed from the client's own data, so no two honest clients repeat each other's.
-_OWN_DATA = ("hello", "step")
+_OWN_DATA = ("hello", "step", "local")
 #: Replies to such a query that agree to this relative precision in every array are copies (:func:`_copies`): the
 #: format checks allow rounding at 1e-6 themselves (proportions, statistics' sizes), and no two clients' own rows
 #: give sums or estimates that close.
@@ -74,3 +74,15 @@ def _simplex_ok(weights):
 
 def _positive(values, name):
     return None if np.all(values > 0) else f"{name} has values <= 0"
+
+
+def _rounds_ok(part, shapes, max_iter):
+    """Why one run's reply to the query ``local`` (:meth:`fedmm.flower.server.FlowerClients.local_runs`) is not
+    parameters of ``shapes``, a number of rounds from 1 to ``max_iter``, and two traces that long (None when it
+    is)."""
+    n_iter = np.ravel(np.asarray(part.get("n_iter", np.zeros(0)), dtype=float))
+    T = n_iter[0] if n_iter.size == 1 else np.nan
+    if not (np.isfinite(T) and T == round(T) and 1 <= T <= max_iter):
+        return f"n_iter = {n_iter.tolist()}, not a number of rounds from 1 to {max_iter}"
+    rounds = {"n_iter": (1,), "converged": (1,), "loglik": (1,), "trace": (int(T),), "moved": (int(T),)}
+    return _arrays_ok(part, {**shapes, **rounds})

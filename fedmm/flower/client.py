@@ -57,7 +57,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
 from ..algorithms.pooled import TrimmedPooledEM
-from ..clients import client_family_starts, data_scale, fit_weights, user_start
+from ..clients import client_family_starts, data_scale, fit_weights, local_rounds, user_start
 from ..data import FederatedData
 from ..estimators import get_model
 from ..families import MixtureParams
@@ -68,7 +68,8 @@ from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
 from ..units import Units, client_sums
-from .codec import arrays, config, encode, flatten, prefixed, record_arrays, split_runs, unflatten
+from .codec import (arrays, config, encode, flatten, local_fit_arrays, prefixed, record_arrays, split_runs,
+                    unflatten)
 
 __all__ = ["client_app", "load_from_config"]
 
@@ -242,7 +243,10 @@ class _Session:
 
     def strategy(self, slot=0):
         """The method of run ``slot``, as its ``start`` named it."""
-        method, options = json.loads(self.context.state["fedmm.strategy"][str(slot)])
+        return self.method(*json.loads(self.context.state["fedmm.strategy"][str(slot)]))
+
+    def method(self, method, options):
+        """The method named ``method`` with ``options``, if this client runs it."""
         if method not in self.methods:
             raise ValueError(f"This client does not run method {method!r}: give its class to "
                              "fedmm.flower.client_app(methods=[...]).")
@@ -312,6 +316,18 @@ def _step(session, values, request):
                                                             Broadcast(unflatten(MixtureParams, parts[slot])))
         session.save(state, slot)
         replies.append((slot, flatten(message)))
+    return prefixed(replies)
+
+
+def _local(session, values, request):
+    """Each run's rounds of a method that runs on its own (:meth:`fedmm.flower.server.FlowerClients.local_runs`),
+    run here alone from its start (:func:`fedmm.clients.local_rounds`): a reply per run, its parameters and
+    rounds."""
+    parts, replies = split_runs(values), []
+    for slot, (method, options, max_iter, tol) in json.loads(request["runs"]).items():
+        fit = local_rounds(session.method(method, options), session.family, session.data,
+                           Broadcast(unflatten(MixtureParams, parts[int(slot)])), int(max_iter), float(tol))
+        replies.append((int(slot), local_fit_arrays(fit)))
     return prefixed(replies)
 
 
@@ -395,5 +411,5 @@ def _private_part(session, point, request):
 
 
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,
-            "step": _step, "private_step": _private_step, "loglik": _loglik, "fit_weights": _fit_weights,
-            "folds": _folds, "held_out": _held_out}
+            "step": _step, "local": _local, "private_step": _private_step, "loglik": _loglik,
+            "fit_weights": _fit_weights, "folds": _folds, "held_out": _held_out}

@@ -12,8 +12,12 @@ names the type, and :mod:`fedmm.flower.server` checks every array before it is u
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs", "per_run",
-           "payload", "all_bytes"]
+from ..clients import LocalFit
+from ..families import MixtureParams
+from ..protocol import stack
+
+__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs",
+           "per_run", "payload", "all_bytes", "local_fit_arrays", "local_fit"]
 
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"
@@ -128,3 +132,23 @@ def all_bytes(content):
             values = value if isinstance(value, list) else [value]
             total += sum(len(v) for v in values if isinstance(v, bytes))
     return total
+
+
+def local_fit_arrays(fit):
+    """One client's :class:`~fedmm.clients.LocalFit` (the query ``local``) as its reply's arrays: its parameters,
+    its rounds' count, whether they converged, its log-likelihood, and its own rounds' two traces."""
+    return {**flatten(fit.params), "n_iter": fit.n_iter.astype(float), "converged": fit.converged.astype(float),
+            "loglik": fit.loglik, "trace": fit.trace[0], "moved": fit.moved[0]}
+
+
+def local_fit(parts):
+    """The clients' replies to one run of the query ``local`` (:func:`local_fit_arrays`), in client order, as one
+    :class:`~fedmm.clients.LocalFit`: each client's traces held at its last values once it stopped."""
+    T = max(len(part["trace"]) for part in parts)
+    pad = lambda x, value: np.pad(x, (0, T - len(x)), constant_values=value)  # noqa: E731
+    return LocalFit(stack([unflatten(MixtureParams, part) for part in parts]),
+                    np.array([int(part["n_iter"][0]) for part in parts]),
+                    np.array([bool(part["converged"][0]) for part in parts]),
+                    np.concatenate([part["loglik"] for part in parts]),
+                    np.array([pad(part["trace"], part["trace"][-1]) for part in parts]),
+                    np.array([pad(part["moved"], 0.0) for part in parts]))

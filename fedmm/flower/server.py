@@ -36,8 +36,9 @@ from ..methods import make_method
 from ..protocol import ClientMessage, Ledger, stack, take
 from ..robust import fold_sizes, trusted_sizes
 from ..units import FAR, far_from_others, moments_from_sums
-from ._checks import _OWN_DATA, COPY_RTOL, Gone, _arrays_ok, _copies, _positive, _simplex_ok, _size_ok
-from .codec import arrays, config, encode, flatten, payload, prefixed, split_runs, unflatten
+from ._checks import (_OWN_DATA, COPY_RTOL, Gone, _arrays_ok, _copies, _positive, _rounds_ok, _simplex_ok,
+                      _size_ok)
+from .codec import arrays, config, encode, flatten, local_fit, payload, prefixed, split_runs, unflatten
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
 
@@ -135,6 +136,9 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
 #: a party that reverses its components, 6.9 times at least; honest replies tie (1.0) where two components
 #: coincide; a party that shifts its estimates, up to 1.2 times (caught by its distance to the centre).
 RELABELLED = 2.0
+#: After this many rejected replies in a row a node leaves the federation (:meth:`FlowerClients._strike`): its last
+#: good message stood in for it three rounds, and a party bad for good would otherwise keep the rounds from settling.
+STRIKES = 3
 
 
 class FlowerClients:
@@ -165,6 +169,7 @@ class FlowerClients:
         self.relabelled = set()               # positions of the clients whose replies came relabelled
         self._template = None
         self.data_scale = None
+        self.strikes = Counter()              # by node: queries in a row whose reply was rejected
 
     @property
     def n_clients(self):
@@ -341,6 +346,34 @@ class FlowerClients:
         replies = self._ask("loglik", rows, lambda k, v: _arrays_ok(v, {f"run{slot}.loglik": (1,) for slot in slots}),
                             required=True, runs=json.dumps(slots))
         return [np.concatenate([replies[k][f"run{slot}.loglik"] for k in range(self.n_clients)]) for slot in slots]
+
+    def local(self, strategy, broadcast, max_iter, tol):
+        return self.local_runs([(strategy, broadcast, max_iter, tol)])[0]
+
+    def local_runs(self, runs):
+        """Every client runs its own rounds of several runs of methods that run on their own, in one query
+        (:meth:`fedmm.clients.LocalClients.local_runs`); each reply's parameters are checked as a round's, its
+        rounds' count (at most the run's ``max_iter``) and log-likelihoods as a number of rounds and finite."""
+        if any(broadcast.prior is not None for _, broadcast, _, _ in runs):
+            raise ValueError("A method whose start sends a prior (TGMM) does not run on Flower.")
+        K = self.n_clients
+        rows = [prefixed([(i, flatten(take(broadcast.params, k))) for i, (_, broadcast, _, _) in enumerate(runs)])
+                for k in range(K)]
+        template = self._params_template(runs[0][1].params.weights.shape[1])
+        check_params, shapes = self._params_check(template), {k: v.shape for k, v in flatten(template).items()}
+
+        def check(k, v):
+            split = split_runs(v)
+            if set(split) != set(range(len(runs))):
+                return f"replied for runs {sorted(map(str, split))}, asked for runs 0 to {len(runs) - 1}"
+            problems = ((i, _rounds_ok(part, shapes, runs[i][2]) or check_params(k, {x: part[x] for x in shapes}))
+                        for i, part in split.items())
+            return next((f"run {i}: {problem}" for i, problem in problems if problem), None)
+
+        settings = {str(i): [strategy.name, strategy.client_options(), max_iter, tol]
+                    for i, (strategy, _, max_iter, tol) in enumerate(runs)}
+        replies = self._ask("local", rows, check, required=True, method=runs[0][0].name, runs=json.dumps(settings))
+        return [local_fit([split_runs(replies[k])[i] for k in range(K)]) for i in range(len(runs))]
 
     def _restore_labels(self, replies, sent):
         """A round's replies in the labels the server sent (``sent``: every client's ``theta``).
@@ -545,7 +578,18 @@ class FlowerClients:
         # A node gone fails a query that could go on without it too: the fit starts again without it at once,
         # rather than a run going on with its last message for as long as the run lasts.
         self._reject(failed, required or any(isinstance(values, Gone) for values in raw.values()))
+        struck = self._strike(raw, failed)
+        if struck:
+            raise ClientsRejected(struck)
         return good
+
+    def _strike(self, heard, failed):
+        """The rejections ``failed`` of nodes now rejected in :data:`STRIKES` queries in a row (of those asked,
+        ``heard``): nothing the fit can use has come from them since, so they leave the federation."""
+        bad = {r.node for r in failed}
+        for k in heard:
+            self.strikes[self.nodes[k]] = self.strikes[self.nodes[k]] + 1 if self.nodes[k] in bad else 0
+        return [r for r in failed if self.strikes[r.node] >= STRIKES]
 
     def _reject(self, failed, required):
         for r in failed:
@@ -553,3 +597,4 @@ class FlowerClients:
         self.rejections.extend(failed)
         if failed and required:
             raise ClientsRejected(failed)
+
