@@ -461,27 +461,32 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
     current = _Pass(strategy, family, clients, start, participation)
     result = yield from current.rounds(max_iter, tol, progress, restart_next=1)
     done, label = [result], progress.label
+    # The passes share max_iter rounds, as scikit-learn's n_iter_ never exceeds max_iter (before, a restart pass
+    # and its settling pass had max_iter each): a restart needs a round for itself and one to settle.
+    used = result.n_iter
     for attempt in itertools.count(1):
-        proposal = strategy.restart(result, attempt)
+        proposal = strategy.restart(result, attempt) if max_iter - used >= 2 else None
         if proposal is None:
             break
         restart, fresh = proposal
         restart = restart._replace(weights=(yield "fit_weights", restart, fresh, max_iter, tol))
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
         trial_pass = _Pass(strategy, family, clients, restart, participation)
-        trial = yield from trial_pass.rounds(max_iter, tol, progress, attempt + 1)
+        trial = yield from trial_pass.rounds(max_iter - used - 1, tol, progress, attempt + 1)
+        used += trial.n_iter
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
             if current.deferred:  # the clients it left moving for this restart, which kept none, settle now
                 progress.begin(f"{label}, resumed after restart pass {attempt}")
-                done[-1] = yield from current.rounds(max_iter, tol, progress)
+                done[-1] = yield from current.rounds(current.t + max_iter - used, tol, progress)
                 result = _joined(done, result.restarts, result.restarted)
             break
         done, current = [result, trial], trial_pass
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
             current = _Pass(strategy, family, clients, trial.params.where(keep, result.params), participation)
-            done.append((yield from current.rounds(max_iter, tol, progress, attempt + 1)))
+            done.append((yield from current.rounds(max_iter - used, tol, progress, attempt + 1)))
+            used += done[-1].n_iter
         result = _joined(done, attempt, np.flatnonzero(fresh & keep))
     return result
 

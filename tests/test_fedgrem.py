@@ -538,3 +538,13 @@ def test_a_new_clients_shrinkage_spans_the_consensus_and_its_own_em():
     alone = shrunk_client(family, data, consensus, 0.0, max_iter=1000, tol=1e-10)
     stats = family.estep(data, alone)[1]
     np.testing.assert_allclose(alone.theta, em_update(family, stats, data.n_samples).theta, atol=1e-8)
+
+
+def test_restart_passes_share_max_iter_rounds():
+    """The first pass, the centre restart and its settling pass share ``max_iter`` rounds, so ``n_iter_`` never
+    exceeds it (scikit-learn's contract); before, each pass had ``max_iter``, and this fit reported 28 of 12."""
+    X, _ = make_federated_gmm(n_clients=6, n_samples=80, outlier_clients=[5], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # it does not converge in 12 rounds
+        est = FederatedGaussianMixture(4, method="fedgrem", max_iter=12, random_state=0).fit(X)
+    assert est.n_iter_ <= 12 and len(est.history_["log_likelihood"]) == est.n_iter_
