@@ -26,7 +26,9 @@ attack             what the malicious node does
                    that a comparison bit for bit misses
 =================  =====================================================================================
 
-``copy`` and ``mimic`` are made by :func:`copying`, the others by :func:`malicious`.
+"Every round" includes each client's own rounds of local EM's start, which it reports in one query
+(``local``): the attacks on parameters tamper with that reply too. ``copy`` and ``mimic`` are made by
+:func:`copying`, the others by :func:`malicious`.
 """
 
 import flwr.compat.common.recorddict_compat as compat
@@ -77,7 +79,8 @@ def _claims(n_claimed, shift=0.0):
             if first in v and shift:
                 out[first] = out[first] + shift * out["stats.N"][..., None] * (first == "stats.Sx")
         return out
-    return {"hello": hello, "step": step}
+    # Local EM's start runs on the client in one query (``local``): a shifted party shifts that reply too.
+    return {"hello": hello, "step": step, **({"local": lambda v: {**v, "theta": v["theta"] + shift}} if shift else {})}
 
 
 def _stats(fields, value):
@@ -110,9 +113,10 @@ ATTACKS = {
     "stats-Sx": _stats(("stats.Sx", "stats.b"), 1e200),
     "stats-Sxx": _stats(("stats.Sxx", "stats.A"), 1e200),
     "inflate-Sxx": {"step": lambda v: {**v, **{k: v[k] * 100.0 for k in ("stats.Sxx", "stats.Syy") if k in v}}},
-    "theta-1e12": {"step": _theta(1e12)},
-    "units-scale": {"units": lambda v: {**v, "scale": np.array([1.7e308])}, "step": _theta(1e12)},
-    "label-flip": {"step": _flip},
+    "theta-1e12": {"step": _theta(1e12), "local": _theta(1e12)},
+    "units-scale": {"units": lambda v: {**v, "scale": np.array([1.7e308])}, "step": _theta(1e12),
+                    "local": _theta(1e12)},
+    "label-flip": {"step": _flip, "local": _flip},
 }
 
 
