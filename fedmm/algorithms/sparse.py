@@ -131,9 +131,12 @@ def damped_gradient_step(stats, theta, eta, n_k, relaxation=None):
     """
     relaxation = RELAXATION if relaxation is None else relaxation
     residual = stats.b - np.einsum("krij,krj->kri", stats.A, theta)
-    eye = np.eye(theta.shape[-1])
+    p = theta.shape[-1]
+    # N_r I, and a ridge as the family's own solves have (RegressionFamily._solve), so that an empty component stays
+    # finite (it does not move: its residual is 0).
+    ridge = stats.N + 1e-8 * (np.trace(stats.A, axis1=-2, axis2=-1) / p + 1.0)
     with _BLAS.limit(limits=1, user_api="blas"):   # many small solves: threads cost 8x on a busy machine (measured)
-        step = np.linalg.solve(stats.A + stats.N[..., None, None] * eye, residual[..., None])[..., 0]
+        step = np.linalg.solve(stats.A + ridge[..., None, None] * np.eye(p), residual[..., None])[..., 0]
     return theta + eta[..., None] * relaxation * stats.N[..., None] * step / n_k[:, None, None]
 
 
