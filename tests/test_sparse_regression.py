@@ -158,3 +158,19 @@ def test_the_screened_start_needs_per_feature_units():
     X, y, _ = _design(d=20, K=3, outlier=False)
     with pytest.raises(ValueError, match="init='screened'.*got 'a mixture of regressions'"):
         _fit(X, y, method="fedgrem", init="screened")
+
+
+@pytest.mark.slow  # 3 s (the grid's start): CI runs it beside the default run (.ci/run), which must stay under 5 minutes
+def test_fits_on_flower_as_in_one_process():
+    """The start's queries (E-steps at chosen parameters, log-likelihoods) and the clients' proximal step run on
+    the clients' side across parties (the step rebuilt from ``client_options``); the sparse step is the server's."""
+    flower = pytest.importorskip("fedmm.flower")
+    from fedmm.flower.testing import LocalGrid
+    X, y, _ = _design(d=12, K=3, n=80)
+    ref = _fit(X, y)
+    apps = [flower.client_app(lambda ctx, k=k: (X[k], y[k])) for k in range(len(X))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        remote = flower.fit(FederatedMixtureRegression(2, method="sparse-fedgrem", random_state=0), LocalGrid(apps))
+    np.testing.assert_allclose(remote.coef_, ref.coef_, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(remote.support_, ref.support_)
