@@ -207,7 +207,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
     if init == "screened" and family.needs_y and not getattr(family, "whiten", True):   # sparse regressions
         from .algorithms.sparse_start import regression_screened_start
-        return [(regression_screened_start(family, clients, n_components, len(moments.mean), random_state), None)]
+        start = regression_screened_start(family, clients, n_components, len(moments.mean), random_state)
+        return [(drive(clients, [start])[0], None)]
     if init == "screened":
         keep = _screen(family, clients, moments)
         if keep.size:

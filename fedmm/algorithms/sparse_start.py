@@ -35,7 +35,6 @@ screened features: a feature the screen missed is found once the components are 
 import numpy as np
 from scipy.stats import norm
 
-from ..engine import drive
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..robust import TRIM, first_best
@@ -116,10 +115,11 @@ def spectral_start(D, m, delta, tau2, n_components, random_state, n_candidates=C
 
 
 def regression_screened_start(family, clients, n_components, n_features, random_state):
-    """The start of the module docstring: MixtureParams (K, R, p) in the fit's units, its variances fitted by each
-    client (:meth:`fedmm.clients.LocalClients.user_start`). ``family`` is a regression family fitted in
-    per-feature units (``whiten=False``); ``clients`` any transport."""
-    return drive(clients, [_screened_regression(family, clients, n_components, n_features, random_state)])[0]
+    """The start of the module docstring as a generator of its queries (run it with :func:`fedmm.engine.drive`):
+    MixtureParams (K, R, p) in the fit's units, its variances fitted by each client
+    (:meth:`fedmm.clients.LocalClients.user_start`). ``family`` is a regression family fitted in per-feature units
+    (``whiten=False``); ``clients`` any transport."""
+    return (yield from _screened_regression(family, clients, n_components, n_features, random_state))
 
 
 def _estep_sums(strategy, params):
