@@ -233,6 +233,37 @@ def test_client_median_is_numpys_median_over_clients(K, shape, ties, seed):
     assert np.array_equal(client_median(values), np.median(values, axis=0))
 
 
+@pytest.mark.parametrize("K", [2048, 2049, 5000, 5001])
+@pytest.mark.parametrize("kind", ["normal", "ties", "sorted", "constant", "skewed"])
+def test_compiled_client_median_is_numpys_median(K, kind):
+    """From MIN_CLIENTS clients on, the compiled median (one pass, a bracket of the middle): numpy's numbers, also
+    where the bracket misses (sorted rows) or keeps too many (ties, a constant column), the full selection then."""
+    from fedmm.kernels.reductions import MIN_CLIENTS
+    assert K >= MIN_CLIENTS
+    values = np.random.RandomState(K).standard_normal((K, 3, 4))
+    if kind == "ties":
+        values = np.round(values)
+    elif kind == "sorted":
+        values = np.sort(values, axis=0)[::-1].copy()
+    elif kind == "constant":
+        values[:, 1] = 2.5
+    elif kind == "skewed":
+        values = np.exp(4.0 * values)
+    assert np.array_equal(client_median(values), np.median(values, axis=0))
+
+
+def test_largest_magnitudes_is_numpys():
+    """The compiled ``np.abs(a).max(axis=2)`` of the central update's tolerance and the variances' typical size:
+    numpy's numbers, NaN, infinities and signed zeros included."""
+    from fedmm.kernels.reductions import largest_magnitudes
+    a = np.random.RandomState(0).standard_normal((60, 5, 10))
+    a[3, 2, 4] = a[7, 1, 0] = np.nan
+    a[9, 0, 9], a[10, 3, 2] = -np.inf, np.inf
+    a[11, 0], a[12, 1] = -0.0, np.nan
+    assert np.array_equal(largest_magnitudes(a), np.abs(a).max(axis=2), equal_nan=True)
+    assert np.array_equal(largest_magnitudes(a[:, :, :1]), np.abs(a[:, :, :1]).max(axis=2), equal_nan=True)
+
+
 def test_sure_penalty_leaves_empty_components_out_quietly():
     """Per-component sizes are 0 for an empty component; SURE leaves it out (N < 1) without a division
     warning, and its choice is the one without that block."""

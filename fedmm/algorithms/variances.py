@@ -5,6 +5,7 @@ central problem is solved in, and the clients' variances pooled where their mean
 import numpy as np
 from numba import vectorize
 
+from ..kernels.reductions import largest_magnitudes
 from ..robust import client_median
 from .central import central_update
 
@@ -77,7 +78,7 @@ def _typical(scale):
     within a factor ``VARIANCE_RANGE`` of the median client's, 0 where one is beyond its square, log-linear
     between. Ratios, so the same in any units."""
     with np.errstate(divide="ignore"):
-        far = np.abs(np.log(scale / client_median(scale))).max(axis=2) / np.log(VARIANCE_RANGE)
+        far = largest_magnitudes(np.log(scale / client_median(scale))) / np.log(VARIANCE_RANGE)
     return np.clip(2.0 - far, 0.0, 1.0)
 
 

@@ -81,6 +81,7 @@ import numpy as np
 from numba import prange
 from scipy.stats import chi2
 
+from ...kernels.reductions import largest_magnitudes
 from ...robust import kept_clients
 from ...threads import parallel_kernel
 from ..tuning import noise_ratios
@@ -303,7 +304,7 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
         threshold = lam / np.sqrt(n_k)                                             # (K, R); inf where empty
     # The tolerance's unit is the median block's size, not the largest: one client's enormous (finite)
     # estimate would otherwise loosen it until the centre stops wherever that client's pull left it.
-    scale = 1.0 + np.median(np.abs(theta).max(axis=2))
+    scale = 1.0 + np.median(largest_magnitudes(theta))
     # Both schemes start from Delta = 0 (App. B.1, step (i)): the weighted mean.
     if metric is not None:
         metric = np.asarray(metric, dtype=float)
