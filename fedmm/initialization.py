@@ -206,9 +206,11 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
     if init == "common":
         return [(common_start(clients, n_components, random_state), None) for _ in range(n_init)]
     if init == "screened" and family.needs_y and not getattr(family, "whiten", True):   # sparse regressions
-        from .algorithms.sparse_start import regression_screened_start
-        start = regression_screened_start(family, clients, n_components, len(moments.mean), random_state)
-        return [(drive(clients, [start])[0], None)]
+        from .algorithms.sparse_start import FEW, regression_screened_start
+        if len(moments.mean) > FEW:
+            start = regression_screened_start(family, clients, n_components, len(moments.mean), random_state)
+            return [(drive(clients, [start])[0], None)]
+        init = "pooled-and-local"   # few features: nothing to screen, FedGrEM's start
     if init == "screened":
         keep = _screen(family, clients, moments)
         if keep.size:

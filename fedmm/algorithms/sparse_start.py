@@ -47,7 +47,10 @@ SPLIT = 3.0
 SCREEN_LEVEL = 0.01
 #: Candidate starts scored by the clients (more than two components).
 CANDIDATES = 10
-#: Up to this many features every feature enters the spectral start (:func:`screened_coefficients`).
+#: Up to this many features there is nothing to screen: the start is FedGrEM's (``"pooled-and-local"``, the dispatch
+#: in :func:`fedmm.initialization.make_starts`; with one feature and three lines apart in their intercepts, iris's
+#: petals, the spectral start, whose intercepts all start at the mean, left two components empty), and every
+#: feature enters the spectral start where it is called directly (:func:`screened_coefficients`).
 FEW = 20
 
 
