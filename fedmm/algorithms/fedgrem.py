@@ -82,7 +82,7 @@ class Consensus(NamedTuple):
 
 class FedGrEMState(NamedTuple):
     """The FedGrEM server between rounds: the model, the clients' sizes, the penalty schedule, and the last
-    round's central solution and noise scale (None before the first round)."""
+    round's central solution, noise scale and variances' :func:`scale_deviation` (None before the first round)."""
 
     family: object
     n_k: np.ndarray
@@ -99,6 +99,7 @@ class FedGrEMState(NamedTuple):
     lam_memory: tuple = (np.nan, np.nan, 0.0)
     w0: np.ndarray | None = None
     grouped: GroupedResult | None = None
+    deviation: np.ndarray | None = None
 
 
 class Pooled(NamedTuple):
@@ -320,10 +321,12 @@ class FedGrEM(GradientStrategy):
         # and joined the other group (tests/test_groups.py).
         pull = centre_pull(grouped.central.distance, messages.n[:, None] * messages.weights, messages.theta.shape[-1]) \
             if self.reweighting and len(grouped.centers) == 1 else None
+        # Once a round, not at every look at the diagnostics (the engine looks up to three times a round).
+        deviation = scale_deviation(state.family, pooled.own_scale, grouped.central.nu.shape[-1], grouped.labels == 0)
         return Broadcast(pooled.params), state._replace(
             lam=pooled.lam, lam_objective=state.schedule(t), central=grouped.central, sigma=pooled.sigma,
             scale_pooled=pooled.scale_pooled, own_scale=pooled.own_scale, pull=pull, warned=pooled.warned,
-            lam_memory=pooled.memory, grouped=grouped)
+            lam_memory=pooled.memory, grouped=grouped, deviation=deviation)
 
     def _pilot(self, last, scheduled, t):
         """The ``lambda`` a round's central update is solved at first: the schedule's, or under SURE's penalties
@@ -445,11 +448,10 @@ class FedGrEM(GradientStrategy):
         c = state.central
         n_k = state.n_k[:, None]
         center = np.broadcast_to(c.center, c.nu.shape) * state.sigma
-        main = state.grouped.labels == 0
         return Consensus(center, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k),
                          state.scale_pooled, np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)),
                          state.grouped.labels, state.grouped.centers * state.sigma, state.grouped.main_distance,
-                         scale_deviation(state.family, state.own_scale, c.nu.shape[-1], main))
+                         state.deviation)
 
     def center(self, diagnostics):
         """The largest group's centre."""
@@ -520,8 +522,9 @@ class FedGrEM(GradientStrategy):
         so the others' estimates are settled whatever they do (a party that shifts its estimate every round,
         measured: 1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop where they
         are."""
-        pooled = diagnostics.pooled
-        apart = (self._outlier_scores(diagnostics, params, n_k) > 1.0) & (2 * pooled.sum(axis=1) < pooled.shape[1])
+        apart = 2 * diagnostics.pooled.sum(axis=1) < diagnostics.pooled.shape[1]
+        if apart.any():    # the scores (a trigamma per client and component) only where a client may be apart
+            apart &= self._outlier_scores(diagnostics, params, n_k) > 1.0
         return apart if 3 * apart.sum() < len(n_k) else None
 
     def _outlier_scores(self, diagnostics, params, n_k):

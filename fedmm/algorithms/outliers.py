@@ -78,7 +78,7 @@ def scale_deviation(family, scale, n_features, reference):
     variance estimated from ``N_kr`` samples has ``N_kr ||deviation_kr||^2`` about ``chi2_q``, the null law
     :func:`outlier_scores` calibrates. Ratios of variances, so the same in any units."""
     v = family.log_scale(scale, n_features)
-    return v - client_median(v[reference])
+    return v - client_median(v if reference.all() else v[reference])
 
 
 def variance_scores(deviation, N, reference):
