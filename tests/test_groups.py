@@ -187,3 +187,30 @@ def test_one_clients_claimed_size_does_not_price_the_centres():
     a, b = (FedGrEM()._central(theta, np.full(len(theta), N), LAM, None, n, solve) for n in (honest, claimed))
     np.testing.assert_array_equal(a.labels, b.labels)
     assert len(b.centers) == 3
+
+
+@pytest.mark.parametrize("max_rounds", [7, 8, 50])
+def test_grouped_alternation_that_cycles_ends_where_every_round_would(monkeypatch, max_rounds):
+    """A round of the alternation is a function of its labels, so once labels repeat, the round the cap ends on is
+    known and solved once: the result equals the one of every round (the shortcut off), with fewer solves. The
+    cycle is forced: an assignment that moves client 0 to the other group every round."""
+    import fedmm.algorithms.central.grouped as grouped
+    theta = np.random.RandomState(0).standard_normal((12, 2, 3))
+    monkeypatch.setattr(grouped, "_assigned", lambda cost, labels, m: np.where(np.arange(12) == 0, 1 - labels, labels))
+    solves = []
+    part_update = grouped._part_update
+    monkeypatch.setattr(grouped, "_part_update", lambda *a: solves.append(1) or part_update(*a))
+
+    def fit():
+        solves.clear()
+        res = grouped_central_update(theta, np.full(12, 50.0), 1.0, np.repeat([0, 1], 6), centre_cost=np.inf,
+                                     max_rounds=max_rounds)
+        return res, len(solves)
+
+    short, n_short = fit()
+    monkeypatch.setattr(grouped, "_last_of_cycle", lambda *a: None)
+    every, n_every = fit()
+    assert n_every == 2 * max_rounds and n_short <= 2 * 4
+    np.testing.assert_array_equal(short.labels, every.labels)
+    for a, b in zip(short.central, every.central):
+        np.testing.assert_array_equal(a, b)

@@ -118,9 +118,17 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
     solve = dict(weights=weights, metric=metric, tol=tol, max_iter=max_iter)
 
     def solved(labels):
-        """Alternate solving and assigning from ``labels`` until no client moves: (labels, parts, centres, cost)."""
+        """Alternate solving and assigning from ``labels`` until no client moves: (labels, parts, centres, cost).
+
+        A round is a function of its labels alone, so labels seen before start a cycle, and the round the cap
+        ends on is the cycle's member it lands on (:func:`_last_of_cycle`): solved once, not for the rounds left
+        (at K = 10^5, trials cycled through all ``max_rounds`` of a round's central problem)."""
+        seen = []
         for rounds_left in range(max_rounds - 1, -1, -1):
             labels = numbered_by_size(labels)
+            last = _last_of_cycle(seen, labels, rounds_left)
+            labels, rounds_left = (labels, rounds_left) if last is None else (last, 0)
+            seen.append(labels)
             parts = [_part_update(theta, n_k, lam, labels == g, solve) for g in range(labels.max() + 1)]
             centers = np.stack([part.center for part in parts])
             cost = huber_costs(theta, centers, threshold, omega, metric)
@@ -152,6 +160,15 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
     main = central.distance.copy() if len(parts) == 1 else \
         np.where(labels[:, None] == 0, central.distance, _norm(theta - centers[0], metric))
     return GroupedResult(central, labels, centers, main)
+
+
+def _last_of_cycle(seen, labels, rounds_left):
+    """The labels the alternation's last round has, when ``labels`` repeat an earlier round's of ``seen`` (None
+    otherwise): the rounds from that one repeat with its period, ``rounds_left`` more after this one."""
+    start = next((i for i, earlier in enumerate(seen) if np.array_equal(earlier, labels)), None)
+    if start is None:
+        return None
+    return seen[start + (len(seen) - start + rounds_left) % (len(seen) - start)]
 
 
 def _unsupported(state, min_clients):
