@@ -7,7 +7,7 @@ client deals its rows into folds from its own seed (:func:`client_fold`), so it 
 
 import numpy as np
 
-from .kernels.reductions import MIN_CLIENTS, column_medians
+from .reductions import MIN_CLIENTS, column_medians
 
 __all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "client_median", "kept_clients", "client_seeds",
            "client_fold", "client_folds", "fold_sizes", "trimmed_mean", "paired_differences", "one_standard_error"]
@@ -55,8 +55,8 @@ def client_median(values):
     The server takes a median over clients every round (:func:`fedmm.algorithms.fedgrem.noise_scale`);
     numpy's partitions a strided axis at two positions, about 5 ms for (10,000, 5, 10), a third of a
     FedGrEM round there. Here: one partition of contiguous rows at ``K // 2``, and for even ``K`` the
-    largest value below it; from :data:`fedmm.kernels.reductions.MIN_CLIENTS` float clients on, one compiled
-    pass over the rows as they are (:func:`fedmm.kernels.reductions.column_medians`).
+    largest value below it; from :data:`fedmm.reductions.MIN_CLIENTS` float clients on, one compiled
+    pass over the rows as they are (:func:`fedmm.reductions.column_medians`).
     """
     values = np.asarray(values)
     K = len(values)

@@ -13,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedmm"
 LAYERS = [
-    {"_params", "_assumptions", "threads", "graphs", "simulate", "robust"},
+    {"_params", "_assumptions", "threads", "graphs", "simulate", "reductions", "robust"},
     {"data", "units", "theory"},
     {"kernels", "kmeans", "alignment", "families"},
     {"protocol", "metrics"},

@@ -238,7 +238,7 @@ def test_client_median_is_numpys_median_over_clients(K, shape, ties, seed):
 def test_compiled_client_median_is_numpys_median(K, kind):
     """From MIN_CLIENTS clients on, the compiled median (one pass, a bracket of the middle): numpy's numbers, also
     where the bracket misses (sorted rows) or keeps too many (ties, a constant column), the full selection then."""
-    from fedmm.kernels.reductions import MIN_CLIENTS
+    from fedmm.reductions import MIN_CLIENTS
     assert K >= MIN_CLIENTS
     values = np.random.RandomState(K).standard_normal((K, 3, 4))
     if kind == "ties":
@@ -255,7 +255,7 @@ def test_compiled_client_median_is_numpys_median(K, kind):
 def test_largest_magnitudes_is_numpys():
     """The compiled ``np.abs(a).max(axis=2)`` of the central update's tolerance and the variances' typical size:
     numpy's numbers, NaN, infinities and signed zeros included."""
-    from fedmm.kernels.reductions import largest_magnitudes
+    from fedmm.reductions import largest_magnitudes
     a = np.random.RandomState(0).standard_normal((60, 5, 10))
     a[3, 2, 4] = a[7, 1, 0] = np.nan
     a[9, 0, 9], a[10, 3, 2] = -np.inf, np.inf

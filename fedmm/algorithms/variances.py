@@ -5,7 +5,7 @@ central problem is solved in, and the clients' variances pooled where their mean
 import numpy as np
 from numba import vectorize
 
-from ..kernels.reductions import largest_magnitudes
+from ..reductions import largest_magnitudes
 from ..robust import client_median
 from .central import central_update
 

@@ -81,7 +81,7 @@ import numpy as np
 from numba import prange
 from scipy.stats import chi2
 
-from ...kernels.reductions import largest_magnitudes
+from ...reductions import largest_magnitudes
 from ...robust import kept_clients
 from ...threads import parallel_kernel
 from ..tuning import noise_ratios
