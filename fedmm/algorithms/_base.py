@@ -157,7 +157,7 @@ class Strategy(BaseEstimator, ABC):
         without the promise warns (:func:`fedmm.flower.fit`).
     models : tuple of str
         The models the method fits: ``"gmm"`` (Gaussian mixtures) and ``"mor"`` (mixtures of regressions);
-        a fit of another refuses with a ``ValueError`` (``"sparse-fedgrem"``: Gaussian mixtures only, for now).
+        a fit of another refuses with a ``ValueError``.
     """
 
     #: What each constructor argument may be (:mod:`fedmm._params`).
