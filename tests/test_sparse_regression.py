@@ -1,7 +1,9 @@
 """Sparse FedGrEM for mixtures of regressions (issue 64): units per feature, the client step, the screened start,
 support recovery against the support oracle, equivariance, errors."""
 
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,33 +16,14 @@ from fedmm.families import RegressionFamily
 from fedmm.families.regression import RegressionStats
 from fedmm.units import pooled_moments
 
-
-def _design(d=60, s=3, K=6, n=100, norm=3.0, h=0.1, outlier=True, seed=0):
-    """Two components ``beta_2 = -beta_1`` of norm ``norm`` on the first ``s`` features (FedGrEM's MoR model), unit
-    noise, slight per-client differences; an outlier client with dense coefficients last."""
-    rng = np.random.default_rng(seed)
-    beta = np.zeros((2, d))
-    beta[0, :s] = rng.choice([-1.0, 1.0], size=s) * norm / np.sqrt(s)
-    beta[1] = -beta[0]
-    X, y, coefs = [], [], []
-    for _ in range(K):
-        b = beta.copy()
-        shift = rng.normal(size=(2, s))
-        b[:, :s] += h * shift / np.linalg.norm(shift, axis=1, keepdims=True)
-        rows, z = rng.normal(size=(n, d)), rng.integers(0, 2, n)
-        X.append(rows)
-        y.append(np.einsum("ij,ij->i", rows, b[z]) + rng.normal(size=n))
-        coefs.append(b)
-    if outlier:
-        rows = rng.normal(size=(n, d))
-        X.append(rows)
-        y.append(rows @ np.full(d, 9.0 / np.sqrt(d)) + rng.normal(size=n))
-    return X, y, np.array(coefs)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+from sparse_regression import make_sparse_mor, worst_error  # noqa: E402
 
 
-def _error(coef, coefs):
-    return max(min(np.linalg.norm(c - t, axis=1).max(), np.linalg.norm(c[::-1] - t, axis=1).max())
-               for c, t in zip(coef, coefs))
+def _design(d=60, s=3, K=6, n=100, h=0.1, outlier=True, seed=0):
+    """``validation/sparse_regression.py``'s design, small: ``K`` clients of ``n`` rows, coefficients +-beta on the
+    first ``s`` of ``d`` features, slight per-client differences, a dense outlier client last."""
+    return make_sparse_mor(d, s, K, n, h, outlier, seed)
 
 
 def _fit(X, y, method="sparse-fedgrem", **kwargs):
@@ -125,7 +108,7 @@ def test_support_recovered_near_the_oracle_and_the_outlier_kept_out():
     oracle = _fit([np.vstack(X[:6])[:, :3]], [np.concatenate(y[:6])], method="pooled-em", n_init=3)
     best = np.zeros((2, 60))
     best[:, :3] = oracle.coef_[0]
-    err, err_oracle = _error(sparse.coef_[:6], coefs), _error(np.broadcast_to(best, coefs.shape), coefs)
+    err, err_oracle = worst_error(sparse.coef_[:6], coefs), worst_error(np.broadcast_to(best, coefs.shape), coefs)
     assert sparse.support_[:3].all() and sparse.support_[3:].sum() <= 1, np.flatnonzero(sparse.support_)
     assert err < 2.0 * err_oracle and err < 0.5, (err, err_oracle)
     assert 6 in sparse.suspected_outliers_
