@@ -467,6 +467,9 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
     for attempt in itertools.count(1):
         proposal = strategy.restart(result, attempt) if max_iter - used >= 2 else None
         if proposal is None:
+            if current.deferred:  # it stopped for a restart that the rounds left no room for: it settles instead
+                done[-1] = yield from current.rounds(current.t + max_iter - used, tol, progress)
+                result = _joined(done, result.restarts, result.restarted)
             break
         restart, fresh = proposal
         restart = restart._replace(weights=(yield "fit_weights", restart, fresh, max_iter, tol))

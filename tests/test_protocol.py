@@ -319,3 +319,19 @@ def test_the_architecture_page_lists_the_hooks_attributes_and_transport_calls_th
     assert set(listed("Strategy attributes")) == {n for n, v in public.items() if not callable(v)}
     transport = listed("Transport")
     assert transport == list(calls(Transport)) and transport[:len(calls(Rounds))] == list(calls(Rounds))
+
+
+@pytest.mark.slow  # 3 fits of 300 clients: in CI's slow steps (.ci/run)
+def test_a_deferred_pass_settles_where_the_rounds_leave_no_room_for_its_restart(capsys):
+    """A pass that stopped early for a restart, with fewer than two of ``max_iter`` rounds left for it, resumes
+    instead (the restart passes share ``max_iter``) and ends where the undeferred pass does; before, it kept the
+    states it had left moving."""
+    X, estimator = _many_clients()
+    clone(estimator).fit(X)
+    deferred_rounds = int(re.search(r"start 1 of 1: \w[\w ]* after (\d+) rounds", capsys.readouterr().out).group(1))
+    short = clone(estimator).set_params(max_iter=deferred_rounds + 1)
+    with mock.patch("fedmm.engine.DEFER", 0.0):
+        full = clone(short).fit(X)
+    deferred = clone(short).fit(X)
+    assert deferred.n_iter_ == full.n_iter_ == deferred_rounds + 1
+    np.testing.assert_array_equal(deferred.means_, full.means_)
