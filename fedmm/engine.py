@@ -362,8 +362,7 @@ class _Pass:
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
         progress.end(self.t, converged, loglik.sum() / n_k.sum())
-        records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
-        return FitResult(self.params, self.t, converged, records, loglik, strategy.diagnostics(self.server))
+        return FitResult(self.params, self.t, converged, self._records(), loglik, strategy.diagnostics(self.server))
 
     def _local_rounds(self, max_iter, tol, progress):
         """:meth:`rounds` of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`): every client
@@ -382,8 +381,11 @@ class _Pass:
             _check_progress(strategy, fit.trace[:, 0].sum(), fit.loglik.sum())
         converged = bool(fit.converged.all())
         progress.end(self.t, converged, fit.loglik.sum() / n_k.sum())
-        records = {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
-        return FitResult(self.params, self.t, converged, records, fit.loglik, strategy.diagnostics(self.server))
+        return FitResult(self.params, self.t, converged, self._records(), fit.loglik, strategy.diagnostics(self.server))
+
+    def _records(self):
+        """The history as :class:`FitResult` holds it: each record's name -> an array over the rounds."""
+        return {key: np.array([h[key] for h in self.history]) for key in self.history[0]}
 
     def _settled(self, t, moved, mean_ll, heard, tol, restart_next):
         """The stopping rule after round ``t``: whether every client is now calm.
