@@ -192,15 +192,15 @@ def drive(clients, runs):
 
     A run (:meth:`_Pass.rounds`, :func:`run`) yields what it asks of the clients, ``(query, *arguments)``
     (the transport's call of that name), and is sent the answer; it may also yield ``("spawn", [runs])``,
-    runs of its own to go side by side with the others, and is sent their values. Runs that ask the same
-    query at once share one message to each client (:meth:`fedmm.clients.LocalClients.step_runs` and its
-    kind for ``"step"`` and ``"loglik"``; each run keeps its clients' states in a slot of its own), and a
-    run's ``"start"`` goes with its first round: ten candidate starts of five rounds cost five round trips,
-    not sixty, across parties, and give the numbers they give one after another. At most
+    runs of its own to go side by side with the others, and is sent their values. Whatever the runs waiting
+    ask at once, of any kinds, goes in one message to each client (:meth:`fedmm.clients.LocalClients.together`;
+    each run keeps its clients' states in a slot of its own), and a run's ``"start"`` goes with its first
+    round: ten candidate starts of five rounds cost five round trips, not sixty, across parties, and give the
+    numbers they give one after another. At most
     :func:`side_by_side` runs go at once (each holds a state per client); the others wait for a free slot.
     A transport without those calls (a private fit's, :mod:`fedmm.privacy`) runs them one after another.
     """
-    if not hasattr(clients, "step_runs"):
+    if not hasattr(clients, "together"):
         return [_drive_alone(clients, run) for run in runs]
     width = side_by_side(clients.n_clients)
     results = [None] * len(runs)
@@ -248,23 +248,11 @@ def drive(clients, runs):
             advance(slot, answer)
         if not pending:
             continue
-        query = next(iter(pending.values()))[0]
-        asking = [slot for slot, ask in pending.items() if ask[0] == query]
-        asks = [pending.pop(slot) for slot in asking]
-        # A start goes with a round that asks every client (it sets every client's state); else on its own first.
-        alone = [slot for slot, ask in zip(asking, asks)
-                 if slot in starting and (query != "step" or ask[3] is not None)]
-        if alone:
-            clients.start_runs([(slot, *starting.pop(slot)) for slot in alone])
-        if query == "local":
-            answers = clients.local_runs([ask[1:] for ask in asks])
-        elif query == "step":
-            answers = clients.step_runs([(slot, *ask[1:], starting.pop(slot, None)) for slot, ask in zip(asking, asks)])
-        else:
-            answers = clients.loglik_runs([(slot, *ask[1:]) for slot, ask in zip(asking, asks)]) if query == "loglik" \
-                else [getattr(clients, query)(*ask[1:]) for ask in asks]
-        for slot, answer in zip(asking, answers):
-            advance(slot, answer)
+        asking, batch = _batch(pending, starting)
+        pending.clear()
+        answers = clients.together(batch)
+        for slot, kind, position in asking:
+            advance(slot, answers[kind][position])
     return results
 
 
@@ -277,6 +265,26 @@ def side_by_side(n_clients):
     many as keep ``STATES_AT_ONCE`` states (ten candidate starts of 10,000 clients; one at a time from 100,000,
     where memory, not round trips, is what a fit runs short of)."""
     return max(1, STATES_AT_ONCE // max(n_clients, 1))
+
+
+def _batch(pending, starting):
+    """What the runs ``pending`` ask (by slot), as one message's parts (:meth:`fedmm.clients.LocalClients.together`):
+    ``(asking, batch)``, ``asking`` a ``(slot, kind, position)`` per run, where its answer is in the reply. A run's
+    start (from ``starting``) goes with its round when that round asks every client, else as a part of its own."""
+    batch, asking = {}, []
+    alone = [slot for slot, ask in pending.items() if slot in starting and (ask[0] != "step" or ask[3] is not None)]
+    if alone:
+        batch["start"] = [(slot, *starting.pop(slot)) for slot in alone]
+    for slot, (kind, *arguments) in pending.items():
+        if kind == "step":
+            arguments = [slot, *arguments, starting.pop(slot, None)]
+        elif kind == "loglik":
+            arguments = [slot, *arguments]
+        asking.append((slot, kind, len(batch.setdefault(kind, []))))
+        batch[kind].append(tuple(arguments))
+    # Runs are sent their answers in the order they asked, kind by kind, as when each kind was a query of its own.
+    order = list(dict.fromkeys(kind for _, kind, _ in asking))
+    return sorted(asking, key=lambda ask: order.index(ask[1])), batch
 
 
 def _drive_alone(clients, run):

@@ -14,6 +14,7 @@ so one client's message is ``take(messages, k)`` and a round's messages are
 ``stack`` of the clients'. No field grows with a client's sample size ``n_k``.
 """
 
+import contextlib
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -167,6 +168,28 @@ class Ledger:
         self.phase, self.phases = "setup", []
         self.client = {key: np.zeros(n_clients, dtype=np.int64) for key in
                        ("messages_down", "messages_up", "bytes_down", "bytes_up")}
+        self._parts = None   # the queries of one message being recorded (:meth:`joined`)
+
+    @contextlib.contextmanager
+    def joined(self):
+        """The queries recorded within go in one message (:meth:`fedmm.clients.LocalClients.together`): one query,
+        named by theirs joined with ``+`` (``"step+loglik"``), to every client any of them asked, of their bytes."""
+        self._parts = parts = []
+        try:
+            yield
+        finally:
+            self._parts = None
+        if not parts:
+            return
+        K = len(self.client["bytes_up"])
+        asked, down, up = np.zeros(K, dtype=bool), np.zeros(K, dtype=np.int64), np.zeros(K, dtype=np.int64)
+        for _, index, sent, received, _ in parts:
+            asked[index] = True
+            down[index] += sent
+            up[index] += received
+        index = np.flatnonzero(asked)
+        self.record("+".join(dict.fromkeys(part[0] for part in parts)), index, down[index], up[index],
+                    method=next((part[4] for part in parts if part[4]), ""))
 
     def record(self, action, index, down, up, replied=None, method=""):
         """Query ``action`` sent ``down`` bytes to each client of ``index`` (positions; None: all) and received
@@ -177,6 +200,9 @@ class Ledger:
         down = np.broadcast_to(np.asarray(down, dtype=np.int64), index.shape)
         replied = np.ones(index.shape, dtype=bool) if replied is None else np.asarray(replied, dtype=bool)
         up = np.where(replied, np.broadcast_to(np.asarray(up, dtype=np.int64), index.shape), 0)
+        if self._parts is not None:
+            self._parts.append((action, index, down, up, method))
+            return
         self.actions.append(action)
         self.methods.append(method)
         self.phases.append(self.phase)
@@ -252,6 +278,11 @@ class Transport(Rounds, Protocol):
         """Every client runs its own rounds of methods that run on their own (:attr:`~fedmm.algorithms.Strategy.local`),
         several runs in one query: ``runs``, a list of ``(strategy, broadcast, max_iter, tol)``; a list
         of :class:`fedmm.clients.LocalFit`."""
+
+    def together(self, batch):
+        """Queries of several kinds in one message (:func:`fedmm.engine.drive`): ``batch``, ``{kind: [arguments]}``
+        with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls) and
+        ``fit_weights`` (one call's each); ``{kind: [answers]}``. One query, ``"step+loglik"`` say."""
 
     def moments(self):
         """The clients' pooled moments (:func:`fedmm.units.pooled_moments`): sums the server adds."""

@@ -197,6 +197,18 @@ def test_mimics_are_dropped_and_the_fit_is_the_honest_clients_own(n_bad, clean):
     np.testing.assert_array_equal(attacked.suspected_outliers_, alone.suspected_outliers_)
 
 
+def test_an_attack_tampers_with_its_replies_also_where_they_are_parts_of_one_message():
+    """A message of several queries (``together``): each part is tampered with as a reply to its own query would be
+    (a round's parameters at 1e12), the others (a log-likelihood) left as they are."""
+    from fedmm.flower.attacks import ATTACKS, _tampered_parts
+    theta, loglik = np.ones((1, 2, 3)), np.array([-5.0])
+    values = {"p0/run1.theta": theta, "p0/run1.n": np.array([10.0]), "p1/run2.loglik": loglik}
+    out = _tampered_parts(ATTACKS["theta-1e12"], values, [[0, "step", {}], [1, "loglik", {}]])
+    assert set(out) == set(values)
+    np.testing.assert_array_equal(out["p0/run1.theta"], np.full_like(theta, 1e12))
+    np.testing.assert_array_equal(out["p1/run2.loglik"], loglik)
+
+
 def test_methods_without_the_promise_warn_on_flower():
     X, _ = suite.make_federated_gmm(4, 60, random_state=0)
     with pytest.warns(UserWarning, match="no promise against malicious parties"):

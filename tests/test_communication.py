@@ -175,7 +175,7 @@ class _OneAtATime:
         self._clients, self._hide = clients, hide
 
     def __getattr__(self, name):
-        if name.endswith("_runs") or name in self._hide:
+        if name.endswith("_runs") or name in ("together", *self._hide):
             raise AttributeError(name)
         return getattr(self._clients, name)
 
@@ -240,3 +240,25 @@ def test_a_local_method_runs_each_client_alone_in_one_query(method):
         for x, y in zip(own.params, fit.params):
             np.testing.assert_array_equal(x[0], y[k])
         np.testing.assert_array_equal(own.loglik[0], fit.loglik[k])
+
+
+def test_queries_of_several_kinds_go_in_one_message_and_give_the_same_fit(monkeypatch):
+    """What the runs side by side ask at once, of any kinds (a round of one run, the log-likelihoods that end
+    another, the proportions a restart refits), goes in one message: the same fit to the last bit, the same bytes,
+    fewer queries than one per kind, each client counted once per message."""
+    from fedmm.clients import LocalClients
+    X, _ = make_federated_gmm(6, 120, outlier_clients=[5], random_state=0)
+    joined = FederatedGaussianMixture(5, random_state=0).fit(X)
+    together = LocalClients.together
+    monkeypatch.setattr(LocalClients, "together", lambda self, batch: {
+        kind: together(self, {kind: asks})[kind] for kind, asks in batch.items()})
+    apart = FederatedGaussianMixture(5, random_state=0).fit(X)
+    for x, y in zip(joined.params_, apart.params_):
+        np.testing.assert_array_equal(x, y)
+    assert joined.n_iter_ == apart.n_iter_
+    one, many = joined.communication_, apart.communication_
+    mixed = np.char.find(one["query"].astype(str), "+") >= 0
+    assert mixed.any() and len(one["query"]) == len(many["query"]) - mixed.sum()
+    for key in ("bytes_down", "bytes_up"):
+        assert one[key].sum() == many[key].sum() == one[f"client_{key}"].sum()
+    assert (one["messages_down"][mixed] == 6).all() and one["client_messages_down"].sum() == one["messages_down"].sum()

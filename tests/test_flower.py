@@ -1,5 +1,6 @@
 """fedmm on Flower: the same fit as in one process, and a server that trusts no reply."""
 
+import json
 import logging
 
 import numpy as np
@@ -152,6 +153,46 @@ def test_a_client_whose_own_rounds_reply_is_malformed_is_left_out(tamper, reason
     assert [(r.node, r.action) for r in remote.flower_rejections_] == [(3, "local")]
     assert reason in remote.flower_rejections_[0].reason
     np.testing.assert_array_equal(remote.client_ids_, [0, 1, 3, 4, 5])
+
+
+def _bad_parts(honest, tamper):
+    """A ClientApp, honest except that its replies to messages of several queries (``together``) pass through
+    ``tamper(values, parts) -> values`` (``parts``: the message's ``[[i, action, settings], ...]``)."""
+    app = ClientApp()
+
+    def make(act):
+        def handle(message, context):
+            reply = honest(message, context)
+            if act != "together":
+                return reply
+            values = tamper(arrays(reply.content), json.loads(config(message.content)["parts"]))
+            return Message(encode(values, **config(reply.content)), reply_to=message)
+        return handle
+    for act in ACTIONS:
+        app.query(act)(make(act))
+    return app
+
+
+def _nan_rounds(values, parts):
+    rounds = [f"p{i}/" for i, action, _ in parts if action == "step"]
+    return {k: x * np.nan if k.startswith(tuple(rounds)) and k.endswith(".theta") else x for k, x in values.items()}
+
+
+@pytest.mark.parametrize("tamper, actions, reason", [
+    (_nan_rounds, {"step"}, "non-finite"),
+    (lambda values, parts: {**values, "p9/theta": np.zeros(1)}, {"step", "loglik"}, "outside the parts asked")])
+def test_each_part_of_a_message_of_several_queries_is_checked_as_its_own_query(tamper, actions, reason):
+    """FedGrEM's default fit on an outlier design sends rounds and log-likelihoods together (``together``). A round's
+    part that fails is rejected as a round's reply; a reply with arrays outside the parts asked fails every part;
+    only that node is named, and the fit goes on, finite."""
+    X, y, _ = _gmm(outlier_clients=[5])
+    apps = _apps(X)
+    apps[3] = _bad_parts(apps[3], tamper)
+    remote = fit(_estimator(None, "fedgrem", init="auto"), LocalGrid(apps))
+    assert {r.node for r in remote.flower_rejections_} == {4}
+    assert {r.action for r in remote.flower_rejections_} >= actions
+    assert all(reason in r.reason for r in remote.flower_rejections_)
+    assert np.all(np.isfinite(remote.means_))
 
 
 def test_a_client_that_raises_or_does_not_answer_is_skipped_for_the_round():

@@ -31,6 +31,8 @@ attack             what the malicious node does
 :func:`copying`, the others by :func:`malicious`.
 """
 
+import json
+
 import flwr.compat.common.recorddict_compat as compat
 import numpy as np
 from flwr.app import Message
@@ -48,20 +50,36 @@ ACTIONS = ("hello",) + tuple(_ANSWERS)
 def tampered(honest, tampers):
     """A ``ClientApp`` that answers as ``honest`` does, except that its replies to each action in ``tampers``
     are passed through ``tampers[action](values) -> values`` (``values``: the reply's arrays, each run's apart when
-    runs go side by side, :func:`fedmm.flower.codec.per_run`)."""
+    runs go side by side, :func:`fedmm.flower.codec.per_run`), also where they are parts of a message of several
+    queries (``together``)."""
     app = ClientApp()
 
     def make(action):
         def handle(message, context):
             reply = honest(message, context)
-            if action not in tampers or reply.has_error():
+            if reply.has_error() or action not in (*tampers, "together"):
                 return reply
-            return Message(encode(per_run(tampers[action], arrays(reply.content)), **config(reply.content)),
-                           reply_to=message)
+            values = arrays(reply.content)
+            if action == "together":
+                values = _tampered_parts(tampers, values, json.loads(config(message.content)["parts"]))
+            else:
+                values = per_run(tampers[action], values)
+            return Message(encode(values, **config(reply.content)), reply_to=message)
         return handle
     for action in ACTIONS:
         app.query(action)(make(action))
     return app
+
+
+def _tampered_parts(tampers, values, parts):
+    """A reply to ``together`` whose parts (under ``p<i>/``) are tampered with as replies to their own queries."""
+    out = dict(values)
+    for i, action, _ in parts:
+        if action in tampers:
+            prefix = f"p{i}/"
+            part = {key[len(prefix):]: out.pop(key) for key in list(out) if key.startswith(prefix)}
+            out.update({prefix + key: value for key, value in per_run(tampers[action], part).items()})
+    return out
 
 
 def _claims(n_claimed, shift=0.0):

@@ -25,6 +25,9 @@ action          the server sends                                       the clien
                                                                        folds: :func:`fedmm.robust.client_fold`)
 ``held_out``    parameters, a ``fold``                                 the log-likelihood of its rows
                                                                        in that fold
+``together``    queries of :data:`~fedmm.flower.codec.TOGETHER`, each  the replies, each under its
+                one's arrays under ``p<i>/``, and ``parts``            part's prefix
+                (``[[i, action, settings], ...]``)
 ==============  =====================================================  ==============================
 
 A private fit (:mod:`fedmm.privacy`) asks for its rounds otherwise (:mod:`fedmm.flower.secure`). Under central
@@ -68,8 +71,8 @@ from ..privacy import encode as encode_update
 from ..protocol import Broadcast, ClientState
 from ..robust import client_fold
 from ..units import Units, client_sums
-from .codec import (arrays, config, encode, flatten, local_fit_arrays, prefixed, record_arrays, split_runs,
-                    unflatten)
+from .codec import (TOGETHER, arrays, config, encode, flatten, local_fit_arrays, prefixed, record_arrays,
+                    split_runs, unflatten)
 
 __all__ = ["client_app", "load_from_config"]
 
@@ -410,6 +413,23 @@ def _private_part(session, point, request):
     return clip_rows(encode_update(family, point.theta.shape[-1], reply, point), float(request["clip"]))[0]
 
 
+def _together(session, values, request):
+    """Queries of several kinds in one message (:meth:`fedmm.flower.runs.RunQueries.together`): each part, in order,
+    answered as its own query would be from its arrays (under ``p<i>/``) and settings; the replies under the same
+    prefixes."""
+    parts = {}
+    for key, value in values.items():
+        head, _, rest = key.partition("/")
+        parts.setdefault(head, {})[rest] = value
+    reply = {}
+    for i, action, settings in json.loads(request["parts"]):
+        if action not in TOGETHER:
+            raise ValueError(f"{action!r} does not go in a message with others ({', '.join(TOGETHER)} do)")
+        answer = _ANSWERS[action](session, parts.get(f"p{i}", {}), {**request, **settings})
+        reply.update({f"p{i}/{key}": value for key, value in answer.items()})
+    return reply
+
+
 _ANSWERS = {"units": _units, "family_start": _family_start, "user_start": _user_start, "start": _start,
             "step": _step, "local": _local, "private_step": _private_step, "loglik": _loglik,
-            "fit_weights": _fit_weights, "folds": _folds, "held_out": _held_out}
+            "fit_weights": _fit_weights, "folds": _folds, "held_out": _held_out, "together": _together}

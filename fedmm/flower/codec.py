@@ -16,11 +16,13 @@ from ..clients import LocalFit
 from ..families import MixtureParams
 from ..protocol import stack
 
-__all__ = ["STYPE", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs",
+__all__ = ["STYPE", "TOGETHER", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs",
            "per_run", "payload", "all_bytes", "local_fit_arrays", "local_fit"]
 
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"
+#: The queries that may go in one message together (``query.together``, :meth:`fedmm.flower.runs.RunQueries.together`).
+TOGETHER = ("start", "step", "loglik", "local", "fit_weights")
 
 
 def flatten(tree, prefix=""):

@@ -27,18 +27,17 @@ from typing import NamedTuple
 import numpy as np
 from flwr.app import Message
 
-from ..alignment import match_each
 from ..clients import client_family_starts
 from ..data import FederatedData
 from ..engine import divergence_bound
 from ..families import MixtureParams
 from ..methods import make_method
-from ..protocol import ClientMessage, Ledger, stack, take
+from ..protocol import Ledger, stack, take
 from ..robust import fold_sizes, trusted_sizes
 from ..units import FAR, far_from_others, moments_from_sums
-from ._checks import (_OWN_DATA, COPY_RTOL, Gone, _arrays_ok, _copies, _positive, _rounds_ok, _simplex_ok,
-                      _size_ok)
-from .codec import arrays, config, encode, flatten, local_fit, payload, prefixed, split_runs, unflatten
+from ._checks import _OWN_DATA, COPY_RTOL, Gone, _arrays_ok, _copies, _positive, _simplex_ok, _size_ok
+from .codec import arrays, config, encode, flatten, payload, unflatten
+from .runs import RunQueries
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
 
@@ -131,17 +130,12 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
         return estimator
 
 
-#: How many times better (in the total distance to what was sent) another labelling must match a round's reply
-#: for the server to find it relabelled (:meth:`FlowerClients._restore_labels`). Measured on the attack suite:
-#: a party that reverses its components, 6.9 times at least; honest replies tie (1.0) where two components
-#: coincide; a party that shifts its estimates, up to 1.2 times (caught by its distance to the centre).
-RELABELLED = 2.0
 #: After this many rejected replies in a row a node leaves the federation (:meth:`FlowerClients._strike`): its last
 #: good message stood in for it three rounds, and a party bad for good would otherwise keep the rounds from settling.
 STRIKES = 3
 
 
-class FlowerClients:
+class FlowerClients(RunQueries):
     """The clients behind a Flower ``Grid``, as a transport of :mod:`fedmm.clients` (see the module docstring).
 
     Parameters
@@ -276,131 +270,6 @@ class FlowerClients:
         replies = self._ask("user_start", rows, self._params_check(self._params_template(R)), required=True)
         return stack([unflatten(MixtureParams, replies[k]) for k in range(K)])
 
-    def start(self, strategy, params):
-        self.start_runs([(0, strategy, params)])
-
-    def step(self, strategy, broadcast, heard=None):
-        return self.step_runs([(0, strategy, broadcast, heard, None)])[0]
-
-    def loglik(self, params):
-        return self.loglik_runs([(0, params)])[0]
-
-    def start_runs(self, runs):
-        """Runs side by side start in one query (:func:`fedmm.engine.drive`): each client keeps run ``slot``'s
-        state, and its method, under that slot."""
-        rows = [prefixed([(slot, flatten(take(params, k))) for slot, _, params in runs]) for k in range(self.n_clients)]
-        self._ask("start", rows, lambda k, v: _arrays_ok(v, {}), required=True, method=runs[0][1].name,
-                  runs=json.dumps(self._started([(slot, strategy) for slot, strategy, _ in runs])))
-        return [None] * len(runs)
-
-    def _started(self, runs):
-        """Note that the ``(slot, strategy)`` of ``runs`` start (their method, whether their messages carry
-        statistics, their first round, which every client must answer, still to come); what the clients are told
-        of their methods, by slot."""
-        self._runs.update({slot: (strategy.name, strategy.sends_stats, True) for slot, strategy in runs})
-        return {str(slot): [strategy.name, strategy.client_options()] for slot, strategy in runs}
-
-    def step_runs(self, runs):
-        """Rounds of runs side by side in one query: each client asked by any run gets its rows of every run that
-        asks it (with the run's start, :meth:`start_runs`, when it is the run's first round), and replies with a
-        message per run; a reply any part of which fails its check is rejected."""
-        starts = self._started([(slot, start[0]) for slot, _, _, _, start in runs if start is not None])
-        asked = [np.arange(self.n_clients) if heard is None else np.asarray(heard) for _, _, _, heard, _ in runs]
-        index = np.unique(np.concatenate(asked))
-        parts = {k: [] for k in index}
-        for (slot, _, broadcast, _, start), who in zip(runs, asked):
-            for k in who:
-                first = {} if start is None else flatten(take(start[1], k), "start.")
-                parts[k].append((slot, {**flatten(take(broadcast.params, k)), **first}))
-        templates = {slot: self._message_template(broadcast.params.weights.shape[1], self._runs[slot][1])
-                     for slot, _, broadcast, _, _ in runs}
-
-        def check(k, v):
-            split = split_runs(v)
-            if None in split or sorted(split) != sorted(slot for slot, _ in parts[k]):
-                return f"replied for runs {sorted(split)}, asked for {sorted(slot for slot, _ in parts[k])}"
-            return next(filter(None, (self._message_check(k, split[slot], templates[slot]) for slot in split)), None)
-
-        first = any(self._runs[slot][2] for slot, *_ in runs)
-        replies = self._ask("step", [prefixed(parts[k]) for k in index], check, index, required=first,
-                            config_rows=[{"runs": json.dumps([slot for slot, _ in parts[k]])} for k in index],
-                            method=self._runs[runs[0][0]][0], starts=json.dumps(starts))
-        answers = []
-        for (slot, _, broadcast, _, _), who in zip(runs, asked):
-            mine = {k: split_runs(replies[k])[slot] for k in who if k in replies}
-            mine = self._restore_labels(mine, broadcast.params.theta)
-            self._runs[slot] = self._runs[slot][:2] + (False,)
-            replied = np.array(sorted(mine), dtype=int)
-            if replied.size < min(self.min_clients, self.n_clients):
-                raise RuntimeError(f"A round heard {replied.size} client(s), fewer than min_clients="
-                                   f"{self.min_clients}; see the log (fedmm.flower) for the rejected and missing "
-                                   "replies.")
-            messages = stack([unflatten(ClientMessage, mine[k], nested={"stats": self._stats_type}) for k in replied])
-            answers.append((messages._replace(n=self.n_samples[replied]), replied))
-        return answers
-
-    def loglik_runs(self, runs):
-        """Every client's log-likelihood at its rows of several runs' parameters, in one query."""
-        rows = [prefixed([(slot, flatten(take(params, k))) for slot, params in runs]) for k in range(self.n_clients)]
-        slots = [slot for slot, _ in runs]
-        replies = self._ask("loglik", rows, lambda k, v: _arrays_ok(v, {f"run{slot}.loglik": (1,) for slot in slots}),
-                            required=True, runs=json.dumps(slots))
-        return [np.concatenate([replies[k][f"run{slot}.loglik"] for k in range(self.n_clients)]) for slot in slots]
-
-    def local(self, strategy, broadcast, max_iter, tol):
-        return self.local_runs([(strategy, broadcast, max_iter, tol)])[0]
-
-    def local_runs(self, runs):
-        """Every client runs its own rounds of several runs of methods that run on their own, in one query
-        (:meth:`fedmm.clients.LocalClients.local_runs`); each reply's parameters are checked as a round's, its
-        rounds' count (at most the run's ``max_iter``) and log-likelihoods as a number of rounds and finite."""
-        if any(broadcast.prior is not None for _, broadcast, _, _ in runs):
-            raise ValueError("A method whose start sends a prior (TGMM) does not run on Flower.")
-        K = self.n_clients
-        rows = [prefixed([(i, flatten(take(broadcast.params, k))) for i, (_, broadcast, _, _) in enumerate(runs)])
-                for k in range(K)]
-        template = self._params_template(runs[0][1].params.weights.shape[1])
-        check_params, shapes = self._params_check(template), {k: v.shape for k, v in flatten(template).items()}
-
-        def check(k, v):
-            split = split_runs(v)
-            if set(split) != set(range(len(runs))):
-                return f"replied for runs {sorted(map(str, split))}, asked for runs 0 to {len(runs) - 1}"
-            problems = ((i, _rounds_ok(part, shapes, runs[i][2]) or check_params(k, {x: part[x] for x in shapes}))
-                        for i, part in split.items())
-            return next((f"run {i}: {problem}" for i, problem in problems if problem), None)
-
-        settings = {str(i): [strategy.name, strategy.client_options(), max_iter, tol]
-                    for i, (strategy, _, max_iter, tol) in enumerate(runs)}
-        replies = self._ask("local", rows, check, required=True, method=runs[0][0].name, runs=json.dumps(settings))
-        return [local_fit([split_runs(replies[k])[i] for k in range(K)]) for i in range(len(runs))]
-
-    def _restore_labels(self, replies, sent):
-        """A round's replies in the labels the server sent (``sent``: every client's ``theta``).
-
-        An honest client's step keeps each component's label: its E-step, gradient or M-step starts from the
-        component it was sent, so no other labelling matches its reply to what it was sent better (measured in
-        one process: none of 19,334 honest replies on three designs). A reply that another labelling matches
-        more than :data:`RELABELLED` times better (:func:`fedmm.alignment.match_each`) was relabelled by its
-        party (``label-flip``, ``docs/threat-model.md``): relabelling every round, it kept the centre
-        oscillating and the fit from converging. Its components are put back, and the party is named in
-        ``relabelled``."""
-        if not replies:
-            return replies
-        index = sorted(replies)
-        reference, theta = sent[index], np.concatenate([replies[k]["theta"] for k in index])
-        perms = match_each(reference, theta)
-        sent_labels = np.linalg.norm(reference - theta, axis=-1).sum(axis=1)
-        best = np.linalg.norm(reference - np.take_along_axis(theta, perms[..., None], axis=1), axis=-1).sum(axis=1)
-        R = perms.shape[1]
-        for k, perm in zip(np.array(index)[sent_labels > RELABELLED * best], perms[sent_labels > RELABELLED * best]):
-            log.warning("fedmm.flower: node %s's reply came relabelled %s: its components were put back in "
-                        "the labels sent", self.nodes[k], perm.tolist())
-            self.relabelled.add(k)
-            replies[k] = {key: (x[:, perm] if x.ndim >= 2 and x.shape[1] == R else x)
-                          for key, x in replies[k].items()}
-        return replies
-
     def private_step(self, release, length, settings):
         """(K, length): every client's reply to a private round under local noise (the query ``private_step``:
         ``release`` the released components, flattened; :class:`fedmm.flower.secure.LocalNoiseRounds`)."""
@@ -414,14 +283,6 @@ class FlowerClients:
         (:class:`fedmm.flower.secure.LocalNoiseRounds`)."""
         from .secure import LocalNoiseRounds, SecureRounds
         return (SecureRounds if average.noise == "central" else LocalNoiseRounds)(self, average)
-
-    def fit_weights(self, params, which=None, max_iter=100, tol=1e-3):
-        which = np.ones(self.n_clients, dtype=bool) if which is None else which
-        R = params.weights.shape[1]
-        rows = [{**flatten(take(params, k)), "which": np.array([float(which[k])])} for k in range(self.n_clients)]
-        replies = self._ask("fit_weights", rows, lambda k, v: _arrays_ok(v, {"weights": (1, R)})
-                            or _simplex_ok(v["weights"]), required=True, max_iter=int(max_iter), tol=float(tol))
-        return np.concatenate([replies[k]["weights"] for k in range(self.n_clients)])
 
     def deal_folds(self, n_folds, seeds):
         """Every client deals its rows into ``n_folds`` folds from its seed (:func:`fedmm.robust.client_fold`)."""
@@ -514,8 +375,9 @@ class FlowerClients:
         raw = self._send(action, rows, index, config_rows, **settings)
         return self._check(raw, action, check, required)
 
-    def _send(self, action, rows, index=None, config_rows=None, **settings):
-        """``{client: arrays, or the reason there are none}`` for one query."""
+    def _send(self, action, rows, index=None, config_rows=None, record=None, **settings):
+        """``{client: arrays, or the reason there are none}`` for one query (in the ledger as ``record``, by
+        default ``action``)."""
         index = np.arange(self.n_clients) if index is None else np.asarray(index)
         tag = f"{action}-{next(self._queries)}"
         config_rows = config_rows or [{}] * len(index)
@@ -553,13 +415,20 @@ class FlowerClients:
         raw.update({k: "no reply in time" for k in index if k not in raw})
         method = settings.pop("method", "")
         down = [payload(m.content) for m in messages]
-        self.ledger.record(action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
+        self.ledger.record(record or action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
                            method=method)
         log.info("fedmm.flower: query %s%s: %d of %d clients replied, %d bytes down, %d up", tag,
                  f" ({method})" if method else "", len(up), len(index), sum(down), sum(up.values()))
         return raw
 
     def _check(self, raw, action, check, required, own_data=None):
+        good, failed = self._judge(raw, action, check, required, own_data)
+        self._settle(raw, failed)
+        return good
+
+    def _judge(self, raw, action, check, required, own_data=None):
+        """The replies ``raw`` that pass ``check`` (``{client: arrays}``) and the :class:`Rejection`\\ s of the others,
+        logged; a failed query that every client must answer (``required``) raises :class:`ClientsRejected`."""
         own_data = action in _OWN_DATA if own_data is None else own_data
         reasons = {k: values if isinstance(values, str) else check(k, values) for k, values in raw.items()}
         if own_data:
@@ -578,10 +447,13 @@ class FlowerClients:
         # A node gone fails a query that could go on without it too: the fit starts again without it at once,
         # rather than a run going on with its last message for as long as the run lasts.
         self._reject(failed, required or any(isinstance(values, Gone) for values in raw.values()))
-        struck = self._strike(raw, failed)
+        return good, failed
+
+    def _settle(self, heard, failed):
+        """The nodes of ``failed`` now rejected in :data:`STRIKES` queries in a row leave (:meth:`_strike`)."""
+        struck = self._strike(heard, failed)
         if struck:
             raise ClientsRejected(struck)
-        return good
 
     def _strike(self, heard, failed):
         """The rejections ``failed`` of nodes now rejected in :data:`STRIKES` queries in a row (of those asked,
