@@ -205,7 +205,13 @@ def sparse_rate(n, d, s, R, M=1.0, c_w=1.0, C=1.0):
     """The sparse single-task rate ``C R^2 M^3 sqrt(s log d / n) / c_w``: :func:`local_rate` with ``d``
     replaced by ``s log d``, ``s`` the coordinates on which the parameters are not zero. Its square,
     ``s log d / n``, is the statistical term of truncated EM (Wang, Gu, Ning & Liu 2015: error
-    ``sqrt(s* log d / n)``) and regularized EM (Yi & Caramanis 2015) for a sparse Gaussian mixture."""
+    ``sqrt(s* log d / n)``) and regularized EM (Yi & Caramanis 2015) for a sparse Gaussian mixture.
+
+    It is a worst case over ``s``-sparse parameters: its ``log d`` is paid on coordinates near the detection boundary
+    ``sqrt(2 log d / n)`` (the minimax lower bound, Raskutti, Wainwright & Yu 2011, Thm. 1 with ``q = 0``). Where every
+    non-zero coordinate is well above it (a beta-min condition), a firm (MCP) threshold selects the support and the
+    error is the support oracle's ``sqrt(s / n)``, without ``log d`` (the oracle property, Fan & Li 2001; Zhang 2010):
+    ``validation/sparse.py --rate`` measures both (``docs/research/sparse.md``)."""
     return C * R ** 2 * M ** 3 * np.sqrt(s * np.log(d) / n) / c_w
 
 

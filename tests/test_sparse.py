@@ -208,3 +208,37 @@ def test_the_screened_start_needs_the_features_variances():
         FederatedMixtureRegression(2, init="screened", random_state=0).fit(X, y)
     spherical = _fit(X, covariance_type="spherical", init="screened")
     assert spherical.support_[:3].all()
+
+
+def _study():
+    """``validation/sparse.py``, loaded under a name of its own (``import sparse`` would depend on ``sys.path``)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sparse_study", ROOT / "validation" / "sparse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rate_studys_weak_coordinates_sit_at_the_detection_boundary():
+    """``weak`` coordinates carry +-sqrt(2 log d / N), N = K n / 2 (a component's pooled rows), and nothing else
+    changes: the rows' noise and labels are those without them (common random numbers)."""
+    study = _study()
+    X0, m0 = study.make_sparse_gmm(80, n_clients=3, n_samples=40, h=0.0, outlier=False, seed=1)
+    X1, m1 = study.make_sparse_gmm(80, n_clients=3, n_samples=40, h=0.0, outlier=False, seed=1, weak=4)
+    b = np.sqrt(2 * np.log(80) / (3 * 40 / 2))
+    np.testing.assert_allclose(m1 - m0, np.broadcast_to(np.r_[np.zeros(10), np.full(4, b), np.zeros(66)]
+                                                        * np.array([[1.0], [-1.0]]), m0.shape))
+    diff = np.vstack(X1) - np.vstack(X0)
+    np.testing.assert_allclose(np.abs(diff[:, 10:14]), b)
+    assert not diff[:, :10].any() and not diff[:, 14:].any()
+
+
+def test_strong_signals_give_the_support_oracle_and_boundary_signals_cost_more():
+    """The rate study's finding (docs/research/sparse.md): every support coordinate far above the threshold, the
+    firm-thresholded centre is the support oracle's (no log d); with coordinates at the detection boundary it pays
+    for not knowing which (the bound's sqrt(s log d / n))."""
+    study = _study()
+    strong, strong_oracle = study.centre_error(300, 100, 0, "firm")
+    assert abs(strong - strong_oracle) < 0.02, (strong, strong_oracle)
+    weak, weak_oracle = study.centre_error(300, 100, 0, "firm", weak=study.S)
+    assert weak > 1.5 * weak_oracle, (weak, weak_oracle)
