@@ -292,13 +292,20 @@ def test_fedgrem_keeps_an_adversarial_client_out_and_fedem_does_not():
 
 def test_clients_are_ordered_by_their_names_not_their_node_ids():
     """Node ids are the SuperLink's (random 64-bit numbers in a real run); clients with partition ids are
-    numbered by those, so the fit is the in-process one on the partitions in order."""
-    X, y, _ = _gmm()
+    numbered by those, so the fit is the in-process one on the partitions in order, to the last bit, with one
+    ``hello`` (what it told the server goes with each client; before, the server asked every client again)."""
+    X, _ = make_federated_gmm(6, [60, 90, 120, 150, 80, 100], random_state=0)
     node_ids = [9_000_000_000 - 7 * k for k in range(6)]   # decreasing: the reverse of the partitions
-    remote = fit(_estimator(None, "fedem"), LocalGrid(_apps(X), node_ids=node_ids))
+    grid, sent = LocalGrid(_apps(X), node_ids=node_ids), []
+    send = grid.send_and_receive
+    grid.send_and_receive = lambda messages, **kw: sent.append(messages[0].metadata.message_type) or send(messages, **kw)
+    remote = fit(_estimator(None, "fedem"), grid)
     ref = _estimator(None, "fedem").fit(X)
+    assert sent.count("query.hello") == 1 and len(sent) == len(remote.communication_["query"])
     np.testing.assert_array_equal(remote.client_ids_, np.arange(6))
-    np.testing.assert_allclose(remote.means_, ref.means_, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(remote.means_, ref.means_)
+    for key, value in ref.communication_.items():
+        np.testing.assert_array_equal(remote.communication_[key], value, err_msg=key)
 
 
 @pytest.mark.parametrize("model, method", [

@@ -101,7 +101,6 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
                       "whose parties you do not all trust, use method='fedgrem'.", UserWarning, stacklevel=2)
     nodes = sorted(int(n) for n in grid.get_node_ids())
     rejections = []
-    ordered = False
     while True:
         if len(nodes) < max(min_clients, 1):
             raise RuntimeError(f"Only {len(nodes)} client(s) left after rejecting replies (min_clients="
@@ -113,12 +112,11 @@ def fit(estimator, grid, *, timeout=None, min_clients=1):
             clients.hello()
             names = [clients.names.get(k) for k in range(len(nodes))]
             named = None not in names and len(set(names)) == len(names)
-            if not ordered and named:
+            if named:
                 # Clients with names (partition ids, site names) are numbered in their order, whatever
                 # node ids the SuperLink gave them: the fit then does not depend on those.
-                order = sorted(range(len(nodes)), key=lambda k: names[k])
-                nodes, ordered = [nodes[k] for k in order], True
-                continue
+                clients.reorder(sorted(range(len(nodes)), key=lambda k: names[k]))
+                nodes, names = clients.nodes, sorted(names)
             ids = np.array(names if named else nodes)   # a copied name (a Sybil's) does not name two clients
             estimator.fit_clients(clients, ids, clients.n_features)
             estimator.name_suspects(strategy, ids[sorted(clients.relabelled)])
@@ -163,6 +161,7 @@ class FlowerClients(RunQueries):
         self.relabelled = set()               # positions of the clients whose replies came relabelled
         self._template = None
         self.data_scale = None
+        self._sums = None                     # the clients' sums, from hello
         self.strikes = Counter()              # by node: queries in a row whose reply was rejected
 
     @property
@@ -201,7 +200,7 @@ class FlowerClients(RunQueries):
         shapes = est.moment_shapes(d)
         replies = self._check(raw, "hello", lambda k, v: _arrays_ok(v, shapes) or _size_ok(v["n"][0]) or name_ok(k),
                               required=True)
-        sums = [replies[k] for k in range(self.n_clients)]
+        self._sums = sums = [replies[k] for k in range(self.n_clients)]
         self._moments = moments_from_sums(sums)
         far = far_from_others(sums)
         if far.any():
@@ -211,6 +210,17 @@ class FlowerClients(RunQueries):
         self.n_features = d
         # The backend for so many rows: the trusted sizes' sum, so that a claim of 1e18 rows picks nothing.
         self.family = est.make_family(int(trusted_sizes(self.n_samples).sum()))
+
+    def reorder(self, order):
+        """The clients numbered in ``order`` (their positions now), as if :meth:`hello` had asked them so: what it
+        learnt of each goes with it, and the moments are summed again in the new order (a sum's last bit depends
+        on its order). The ledger stays: ``hello`` carried the same bytes to and from every client."""
+        self.nodes = [self.nodes[k] for k in order]
+        self.names = {i: self.names[k] for i, k in enumerate(order) if k in self.names}
+        self.n_samples = self.n_samples[order]
+        if self._sums is not None:
+            self._sums = [self._sums[k] for k in order]
+            self._moments = moments_from_sums(self._sums)
 
     def _name_check(self, raw):
         """A check of each client's name from its reply to ``hello`` (None: fine). The server orders the clients by
