@@ -215,13 +215,14 @@ class RunQueries:
                          method=next((p.method for p in parts if p.method), ""))
         asked_by = dict(zip(index.tolist(), mine))
         split = {k: _parted(values, set(asked_by[k])) for k, values in raw.items()}   # in the order they arrived
-        answers, failed = [], []
+        answers, failed, fatal = [], [], []
         for i, part in enumerate(parts):
             good, bad = self._judge({k: v if isinstance(v, str) else v[i] for k, v in split.items() if k in part.rows},
-                                    part.action, part.check, part.required)
+                                    part.action, part.check)
             answers.append(good)
             failed += bad
-        self._settle(raw, failed)
+            fatal += bad if part.required else []
+        self._settle(raw, failed, fatal)
         return [part.finish(good) for part, good in zip(parts, answers)]
 
     def _restore_labels(self, replies, sent):

@@ -432,13 +432,13 @@ class FlowerClients(RunQueries):
         return raw
 
     def _check(self, raw, action, check, required, own_data=None):
-        good, failed = self._judge(raw, action, check, required, own_data)
-        self._settle(raw, failed)
+        good, failed = self._judge(raw, action, check, own_data)
+        self._settle(raw, failed, failed if required else [])
         return good
 
-    def _judge(self, raw, action, check, required, own_data=None):
-        """The replies ``raw`` that pass ``check`` (``{client: arrays}``) and the :class:`Rejection`\\ s of the others,
-        logged; a failed query that every client must answer (``required``) raises :class:`ClientsRejected`."""
+    def _judge(self, raw, action, check, own_data=None):
+        """The replies ``raw`` that pass ``check`` (``{client: arrays}``), and the :class:`Rejection`\\ s of the
+        others."""
         own_data = action in _OWN_DATA if own_data is None else own_data
         reasons = {k: values if isinstance(values, str) else check(k, values) for k, values in raw.items()}
         if own_data:
@@ -454,13 +454,18 @@ class FlowerClients(RunQueries):
                 failed.append(Rejection(self.nodes[k], action, reasons[k]))
             else:
                 good[k] = values
-        # A node gone fails a query that could go on without it too: the fit starts again without it at once,
-        # rather than a run going on with its last message for as long as the run lasts.
-        self._reject(failed, required or any(isinstance(values, Gone) for values in raw.values()))
         return good, failed
 
-    def _settle(self, heard, failed):
-        """The nodes of ``failed`` now rejected in :data:`STRIKES` queries in a row leave (:meth:`_strike`)."""
+    def _settle(self, heard, failed, fatal):
+        """Log and record the rejections ``failed`` of one message's replies ``heard``. Those in ``fatal`` (of queries
+        that every client must answer) leave the federation at once (:class:`ClientsRejected`), all of them when a
+        node is gone (a query that could go on without it too: the fit starts again without it, rather than a run
+        going on with its last message for as long as it lasts), and so do nodes now rejected in :data:`STRIKES`
+        queries in a row."""
+        self._reject(failed, False)
+        fatal = failed if any(isinstance(values, Gone) for values in heard.values()) else fatal
+        if fatal:
+            raise ClientsRejected(fatal)
         struck = self._strike(heard, failed)
         if struck:
             raise ClientsRejected(struck)
