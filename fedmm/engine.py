@@ -33,7 +33,7 @@ from .protocol import put, take
 from .robust import first_best
 
 __all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalClients", "run_rounds", "run",
-           "fit_restarts", "fit_weights", "drive", "passes", "best_of_starts", "side_by_side"]
+           "fit_restarts", "fit_weights", "drive", "passes", "single_pass", "best_of_starts", "side_by_side"]
 
 
 #: A pass's tail: at most this fraction of the clients still moving. There a pass that a restart follows
@@ -192,12 +192,12 @@ def drive(clients, runs):
 
     A run (:meth:`_Pass.rounds`, :func:`run`) yields what it asks of the clients, ``(query, *arguments)``
     (the transport's call of that name), and is sent the answer; it may also yield ``("spawn", [runs])``,
-    runs of its own to go side by side with the others, and is sent their values. Whatever the runs waiting
-    ask at once, of any kinds, goes in one message to each client (:meth:`fedmm.clients.LocalClients.together`;
-    each run keeps its clients' states in a slot of its own), and a run's ``"start"`` goes with its first
-    round: ten candidate starts of five rounds cost five round trips, not sixty, across parties, and give the
-    numbers they give one after another. At most
-    :func:`side_by_side` runs go at once (each holds a state per client); the others wait for a free slot.
+    runs of its own to go side by side with the others, and is sent their values, or ``("together", [asks])``,
+    queries of different kinds at once, and is sent their answers. Whatever the runs waiting ask at once, of any
+    kinds, goes in one message to each client (:meth:`fedmm.clients.LocalClients.together`; each run keeps its
+    clients' states in a slot of its own), and a run's ``"start"`` goes with its first round: ten candidate starts
+    of five rounds cost five round trips, not sixty, across parties, and give the numbers they give one after
+    another. At most :func:`side_by_side` runs go at once (each holds a state per client); the others wait.
     A transport without those calls (a private fit's, :mod:`fedmm.privacy`) runs them one after another.
     """
     if not hasattr(clients, "together"):
@@ -205,8 +205,8 @@ def drive(clients, runs):
     width = side_by_side(clients.n_clients)
     results = [None] * len(runs)
     running, owner, pending = {}, {}, {}    # by slot: the run, whose value it is, what it asks
-    # Runs waiting for a slot: (run, whose value it is, what to send it). A run that spawns gives up its slot
-    # (a pass never spans a spawn) and waits, in ``spawned``, for its runs' values.
+    # Runs waiting for a slot: (run, whose value it is, what to send it). A run that spawns gives up its slot (a
+    # pass never spans a spawn) and waits, in ``spawned``, for its runs' values.
     waiting = [(run, (None, i), None) for i, run in enumerate(runs)]
     spawned, serial = {}, itertools.count()
     starting = {}                           # by slot: the start a run's next query carries
@@ -251,8 +251,9 @@ def drive(clients, runs):
         asking, batch = _batch(pending, starting)
         pending.clear()
         answers = clients.together(batch)
-        for slot, kind, position in asking:
-            advance(slot, answers[kind][position])
+        for slot, where, several in asking:
+            mine = [answers[kind][position] for kind, position in where]
+            advance(slot, mine if several else mine[0])
     return results
 
 
@@ -268,23 +269,21 @@ def side_by_side(n_clients):
 
 
 def _batch(pending, starting):
-    """What the runs ``pending`` ask (by slot), as one message's parts (:meth:`fedmm.clients.LocalClients.together`):
-    ``(asking, batch)``, ``asking`` a ``(slot, kind, position)`` per run, where its answer is in the reply. A run's
-    start (from ``starting``) goes with its round when that round asks every client, else as a part of its own."""
-    batch, asking = {}, []
+    """What the runs ``pending`` ask, by slot, as one message (``(asking, batch)``, ``batch`` for ``together``): per
+    run ``(slot, where, several)``, ``where`` its answers' ``(kind, position)``, ``several`` if it asked several
+    queries; a round and a log-likelihood name the run's slot (its clients' states). A run's start goes with its
+    round when that round asks every client, else as a part of its own."""
     alone = [slot for slot, ask in pending.items() if slot in starting and (ask[0] != "step" or ask[3] is not None)]
-    if alone:
-        batch["start"] = [(slot, *starting.pop(slot)) for slot in alone]
-    for slot, (kind, *arguments) in pending.items():
-        if kind == "step":
-            arguments = [slot, *arguments, starting.pop(slot, None)]
-        elif kind == "loglik":
-            arguments = [slot, *arguments]
-        asking.append((slot, kind, len(batch.setdefault(kind, []))))
-        batch[kind].append(tuple(arguments))
-    # Runs are sent their answers in the order they asked, kind by kind, as when each kind was a query of its own.
-    order = list(dict.fromkeys(kind for _, kind, _ in asking))
-    return sorted(asking, key=lambda ask: order.index(ask[1])), batch
+    batch, asking = {"start": [(slot, *starting.pop(slot)) for slot in alone]} if alone else {}, []
+    for slot, ask in pending.items():
+        where = []
+        for kind, *arguments in (ask[1] if ask[0] == "together" else [ask]):
+            slotted = {"step": [slot, *arguments, starting.pop(slot, None)], "loglik": [slot, *arguments]}
+            batch.setdefault(kind, []).append(tuple(slotted.get(kind, arguments)))
+            where.append((kind, len(batch[kind]) - 1))
+        asking.append((slot, where, ask[0] == "together"))
+    order = list(batch)   # runs get their answers kind by kind, as when each kind was a query of its own
+    return sorted(asking, key=lambda ask: order.index(ask[1][0][0])), batch
 
 
 def _drive_alone(clients, run):
@@ -295,6 +294,8 @@ def _drive_alone(clients, run):
             query, *arguments = run.send(answer)
             if query == "spawn":
                 answer = [_drive_alone(clients, sub) for sub in arguments[0]]
+            elif query == "together":
+                answer = [getattr(clients, kind)(*more) for kind, *more in arguments[0]]
             else:
                 answer = getattr(clients, query)(*arguments)
     except StopIteration as stop:
@@ -317,7 +318,7 @@ class _Pass:
         self.broadcast, self.server = strategy.server_start(family, start, self.n_k)
         self.params, self.history, self.previous, self.messages, self.t = start, [], None, None, 0
         self.calm = np.zeros(len(self.n_k), dtype=bool)  # clients heard since the stopping rule last failed
-        self.start_loglik, self.deferred = None, False
+        self.start_loglik, self.deferred, self.also = None, False, None
         # Per-client strategies' clients solve separate problems: in the tail of a pass (at most DEFER of
         # them still moving) each calm one stops, as scikit-learn's fit on it alone would, and only the
         # others step; before it, every client steps until all are calm at once.
@@ -325,10 +326,11 @@ class _Pass:
         # A method whose server only echoes its clients runs each client's rounds on the client, in one query.
         self.local = strategy.local and hasattr(clients, "local") and participation is None
 
-    def rounds(self, max_iter, tol, progress, restart_next=None):
+    def rounds(self, max_iter, tol, progress, restart_next=None, also=None):
         """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`.
 
-        A generator of the queries it asks (:func:`drive`)."""
+        A generator of the queries it asks (:func:`drive`). ``also(params)``, a query about the pass's final
+        parameters, goes in one message with their log-likelihoods; its answer is :attr:`also`."""
         strategy, n_k = self.strategy, self.n_k
         K = len(n_k)
         if self.local:
@@ -365,7 +367,10 @@ class _Pass:
                 if self._settled(t, moved, mean_ll, mask, tol, restart_next):
                     converged = True
                     break
-            loglik = yield "loglik", self.params
+            if also is None:
+                loglik = yield "loglik", self.params
+            else:
+                loglik, self.also = yield "together", [("loglik", self.params), also(self.params)]
         _check_finite(strategy, self.params, loglik, self.t, bound)
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
@@ -502,6 +507,14 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
             used += done[-1].n_iter
         result = _joined(done, attempt, np.flatnonzero(fresh & keep))
     return result
+
+
+def single_pass(strategy, family, clients, start, max_iter, tol, also):
+    """:func:`passes` of a strategy that never restarts, ``also(params)`` asked about its final parameters in one
+    message with their log-likelihoods (:meth:`_Pass.rounds`): ``(FitResult, its answer)``."""
+    current = _Pass(strategy, family, clients, start, None)
+    result = yield from current.rounds(max_iter, tol, SILENT, also=also)
+    return result, current.also
 
 
 def _joined(passes, restarts, restarted):

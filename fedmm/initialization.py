@@ -60,7 +60,7 @@ from .alignment import align
 from .algorithms.local import LocalEM
 from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
-from .engine import best_of_starts, drive, passes
+from .engine import best_of_starts, drive, passes, single_pass
 from .families import MixtureParams
 from .robust import TRIM, client_seeds, first_best, trusted_sizes
 
@@ -142,8 +142,10 @@ def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random
                           .broadcast(K))
     runs = yield "spawn", [passes(strategy, family, clients, start, CANDIDATE_STEPS, tol) for start in candidates]
     best = runs[first_best([trimmed_loglik(r.loglik, n_k, trim)[1] for r in runs])].params
-    best = (yield from passes(strategy, family, clients, best, max_iter, tol)).params
-    return best._replace(weights=(yield "fit_weights", best, None, max_iter, tol))
+    # The best one's proportions are refitted in the message that asks its last log-likelihoods.
+    result, weights = yield from single_pass(strategy, family, clients, best, max_iter, tol,
+                                             lambda params: ("fit_weights", params, None, max_iter, tol))
+    return result.params._replace(weights=weights)
 
 
 def align_params(params, method, random_state):
