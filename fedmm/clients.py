@@ -268,11 +268,12 @@ class LocalClients:
 
     def together(self, batch):
         """Queries of several kinds in one message (:func:`fedmm.engine.drive`): ``batch``, ``{kind: [arguments]}``
-        with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls) and
-        ``fit_weights`` (one call's each); ``{kind: [answers]}``, recorded as one query (:meth:`Ledger.joined`)."""
+        with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls),
+        ``fit_weights`` and ``family_starts`` (one call's each); ``{kind: [answers]}``, recorded as one query
+        (:meth:`Ledger.joined`)."""
         with self.ledger.joined():
-            return {kind: [self.fit_weights(*ask) for ask in asks] if kind == "fit_weights"
-                    else getattr(self, f"{kind}_runs")(asks) for kind, asks in batch.items()}
+            return {kind: getattr(self, f"{kind}_runs")(asks) if kind in ("start", "step", "loglik", "local")
+                    else [getattr(self, kind)(*ask) for ask in asks] for kind, asks in batch.items()}
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""

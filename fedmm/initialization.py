@@ -161,8 +161,10 @@ def local_em_start(family, clients, n_components, n_init, max_iter, tol, alignme
 
 
 def _local_em(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
-    """:func:`local_em_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
-    starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]
+    """:func:`local_em_start` as a generator of its queries (:func:`fedmm.engine.drive`): its starts asked in one
+    message, with what runs beside it asks (the trimmed pooled start's first round)."""
+    seeds = [client_seeds(random_state, clients.n_clients) for _ in range(n_init)]
+    starts = yield "together", [("family_starts", each, n_components) for each in seeds]
     local = yield from best_of_starts(LocalEM(), family, clients, starts, max_iter, tol)
     return _aligned(local.params, alignment, random_state)
 

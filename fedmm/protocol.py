@@ -281,8 +281,9 @@ class Transport(Rounds, Protocol):
 
     def together(self, batch):
         """Queries of several kinds in one message (:func:`fedmm.engine.drive`): ``batch``, ``{kind: [arguments]}``
-        with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls) and
-        ``fit_weights`` (one call's each); ``{kind: [answers]}``. One query, ``"step+loglik"`` say."""
+        with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls),
+        ``fit_weights`` and ``family_starts`` (one call's each); ``{kind: [answers]}``. One query, ``"step+loglik"``
+        say."""
 
     def moments(self):
         """The clients' pooled moments (:func:`fedmm.units.pooled_moments`): sums the server adds."""

@@ -22,7 +22,7 @@ __all__ = ["STYPE", "TOGETHER", "encode", "arrays", "record_arrays", "config", "
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"
 #: The queries that may go in one message together (``query.together``, :meth:`fedmm.flower.runs.RunQueries.together`).
-TOGETHER = ("start", "step", "loglik", "local", "fit_weights")
+TOGETHER = ("start", "step", "loglik", "local", "fit_weights", "family_start")
 
 
 def flatten(tree, prefix=""):

@@ -17,11 +17,15 @@ import numpy as np
 from ..alignment import match_each
 from ..protocol import ClientMessage, stack, take
 from ._checks import _arrays_ok, _rounds_ok, _simplex_ok
-from .codec import TOGETHER, flatten, local_fit, prefixed, split_runs, unflatten
+from .codec import flatten, local_fit, prefixed, split_runs, unflatten
 
 __all__ = ["RunQueries", "Part", "RELABELLED"]
 
 log = logging.getLogger("fedmm.flower")
+
+#: What goes in a message with others (:meth:`RunQueries.together`): the calls of runs side by side (a part for all
+#: the runs), and calls a part each.
+RUNS, CALLS = ("start", "step", "loglik", "local"), ("fit_weights", "family_starts")
 
 #: How many times better (in the total distance to what was sent) another labelling must match a round's reply
 #: for the server to find it relabelled (:meth:`RunQueries._restore_labels`). Measured on the attack suite:
@@ -90,14 +94,14 @@ class RunQueries:
         ``{kind: [arguments]}``; ``{kind: [answers]}``. A batch of one query goes as that query."""
         parts, where = [], {}
         for kind, asks in batch.items():
-            if kind not in TOGETHER:
-                raise ValueError(f"{kind!r} does not go in a message with others; those that do: {TOGETHER}.")
-            if kind == "fit_weights":
+            if kind in CALLS:    # a part per call
                 where[kind] = list(range(len(parts), len(parts) + len(asks)))
-                parts += [self._fit_weights_part(*ask) for ask in asks]
-            else:
+                parts += [getattr(self, f"_{kind}_part")(*ask) for ask in asks]
+            elif kind in RUNS:   # one part for the runs
                 where[kind] = len(parts)
                 parts.append(getattr(self, f"_{kind}_part")(asks))
+            else:
+                raise ValueError(f"{kind!r} does not go in a message with others; those that do: {RUNS + CALLS}.")
         answers = self._send_parts(parts)
         return {kind: [answers[i] for i in at] if isinstance(at, list) else answers[at] for kind, at in where.items()}
 

@@ -37,7 +37,7 @@ from ..robust import fold_sizes, trusted_sizes
 from ..units import FAR, far_from_others, moments_from_sums
 from ._checks import _OWN_DATA, COPY_RTOL, Gone, _arrays_ok, _copies, _positive, _simplex_ok, _size_ok
 from .codec import arrays, config, encode, flatten, payload, unflatten
-from .runs import RunQueries
+from .runs import Part, RunQueries
 
 __all__ = ["fit", "FlowerClients", "ClientsRejected", "Rejection"]
 
@@ -256,6 +256,9 @@ class FlowerClients(RunQueries):
         self.data_scale = float(np.median([replies[k]["scale"][0] for k in sorted(replies)]))
 
     def family_starts(self, seeds, n_components, which=None, features=None):
+        return self._send_parts([self._family_starts_part(seeds, n_components, which, features)])[0]
+
+    def _family_starts_part(self, seeds, n_components, which=None, features=None):
         index = np.arange(self.n_clients) if which is None else np.asarray(which)
         # A start of its own needs n_components rows. In one process too few rows are the user's data, and the fit
         # raises (LocalClients.family_starts); here they are a party's claim, and the party leaves.
@@ -264,10 +267,9 @@ class FlowerClients(RunQueries):
                       for k in index if self.n_samples[k] < n_components], required=True)
         params = self._params_template(n_components, None if features is None else len(features))
         sent = {} if features is None else {"features": np.asarray(features, dtype=np.int64)}
-        replies = self._ask("family_start", [sent] * len(index), self._params_check(params), index,
-                            required=True, config_rows=[{"seed": int(s), "n_components": int(n_components)}
-                                                        for s in seeds])
-        return stack([unflatten(MixtureParams, replies[k]) for k in index])
+        return Part("family_start", {int(k): sent for k in index}, self._params_check(params),
+                    lambda replies: stack([unflatten(MixtureParams, replies[k]) for k in index]),
+                    config={int(k): {"seed": int(s), "n_components": int(n_components)} for k, s in zip(index, seeds)})
 
     def user_start(self, weights, theta):
         K = self.n_clients
@@ -427,8 +429,9 @@ class FlowerClients(RunQueries):
         down = [payload(m.content) for m in messages]
         self.ledger.record(record or action, index, down, [up.get(k, 0) for k in index], [k in up for k in index],
                            method=method)
+        about = ", ".join(filter(None, (record, method)))   # a message of several queries names them
         log.info("fedmm.flower: query %s%s: %d of %d clients replied, %d bytes down, %d up", tag,
-                 f" ({method})" if method else "", len(up), len(index), sum(down), sum(up.values()))
+                 f" ({about})" if about else "", len(up), len(index), sum(down), sum(up.values()))
         return raw
 
     def _check(self, raw, action, check, required, own_data=None):
