@@ -214,3 +214,14 @@ def test_grouped_alternation_that_cycles_ends_where_every_round_would(monkeypatc
     np.testing.assert_array_equal(short.labels, every.labels)
     for a, b in zip(short.central, every.central):
         np.testing.assert_array_equal(a, b)
+
+
+def test_one_population_split_in_halves_is_joined_again_at_any_number_of_clients():
+    """Assigning clients to the cheaper centre is 2-means: two halves of one population save ``K / pi`` (in
+    noise units), more than a centre costs once ``K`` is in the thousands, so the halves stayed apart (10^5
+    clients of one mixture were held in two halves of 50,000). Two groups far apart still keep their centres."""
+    theta, _ = _clients([20000], 0)
+    halves = (theta[:, 0, 0] > np.median(theta[:, 0, 0])).astype(int)
+    assert len(_grouped(theta, labels=halves).centers) == 1
+    theta, truth = _clients([4000, 40], 1)
+    assert adjusted_rand_score(truth, _grouped(theta, labels=halves[:4040]).labels) == 1.0

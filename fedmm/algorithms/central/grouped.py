@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.stats import norm
 
 from .single import CentralResult, _norm, _per_block, central_update
 
@@ -144,6 +145,10 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
 
     best = solved(np.zeros(K, dtype=int) if labels is None else np.asarray(labels))
     while np.isfinite(centre_cost):
+        twice = _population_twice(best, theta)
+        if twice is not None:   # whatever the split saves (see _population_twice)
+            best = solved(np.where(best[0] == twice[0], twice[1], best[0]))
+            continue
         trials = []
         if best[2].shape[0] < max_groups:
             trials.append(_with_centre(best, theta, threshold, omega, metric, min_clients))
@@ -151,7 +156,8 @@ def grouped_central_update(theta, n_k, lam, labels, *, centre_cost, min_clients=
             trials.append(_without_smallest(best))
         trials = [solved(t) for t in trials if t is not None]
         unsupported = _unsupported(best, min_clients)
-        better = [t for t in trials if value(t) < value(best) and _unsupported(t, min_clients) <= unsupported]
+        better = [t for t in trials if value(t) < value(best) and _unsupported(t, min_clients) <= unsupported
+                  and _population_twice(t, theta) is None]
         if not better:
             break
         best = min(better, key=value)
@@ -180,8 +186,13 @@ def _unsupported(state, min_clients):
 
 
 def _pooling(part):
-    """How many of a group's clients are pooled onto its centre (on at least half of their components)."""
-    return int((part.pooled.mean(axis=1) >= 0.5).sum())
+    """How many of a group's clients are pooled onto its centre (:func:`_pooled_clients`)."""
+    return int(_pooled_clients(part).sum())
+
+
+def _pooled_clients(part):
+    """(members,) bool: the group's clients pooled onto its centre on at least half of their components."""
+    return part.pooled.mean(axis=1) >= 0.5
 
 
 def _part_update(theta, n_k, lam, members, solve):
@@ -269,6 +280,44 @@ def _relabels(estimate, centers, reach, metric=None):
         if matched.all() or (matched.any() and (split or ((d <= 2.0 * within).sum(axis=0) > 1).any())):
             return True
     return False
+
+
+def _population_twice(state, theta):
+    """Two groups ``(g, h)``, ``g > h``, that split one population, or None.
+
+    Assigning clients to the cheaper of two centres is 2-means, which splits one homogeneous population too:
+    the best split of ``K`` normal points lowers their sum of squares along the split's direction by ``2 / pi``
+    of it (Hartigan, *Ann. Stat.* 1978), a gain that grows with ``K`` while a centre's cost
+    (:func:`fedmm.algorithms.fedgrem.centre_cost`) grows with ``log n``: 10^5 clients of one mixture were held in
+    two halves of 50,000. A split of normal points that puts a share ``f`` on one side keeps at most
+    ``phi(z)^2 / (f (1 - f))`` of the sum of squares between its sides, ``z`` the normal quantile at ``1 - f``
+    (the truncated normal's means); two groups are one population unless the estimates of the clients their
+    centres pool (the others' could outweigh them), projected on the line through the centres, keep
+    :data:`BIMODAL` times that between them. A small group far from a
+    large one keeps far more (at 16 of 10^5 clients the bound is 0.2%), and so do separated groups of any
+    size, whose sides keep nearly all."""
+    labels, parts, centers, _ = state
+    pooled = np.zeros(len(labels), dtype=bool)     # the clients a centre pools: far ones (outliers) bounded out
+    for g, part in enumerate(parts):
+        pooled[labels == g] = _pooled_clients(part)
+    for g in range(1, len(centers)):
+        for h in range(g):
+            union = ((labels == g) | (labels == h)) & pooled
+            z = theta[union].reshape(union.sum(), -1) @ (centers[g] - centers[h]).ravel()
+            side = labels[union] == g
+            f = side.mean()
+            if f in (0.0, 1.0):
+                continue
+            within = sum(((part - part.mean()) ** 2).sum() for part in (z[side], z[~side]))
+            total = ((z - z.mean()) ** 2).sum()
+            if total - within <= BIMODAL * norm.pdf(norm.isf(f)) ** 2 / (f * (1.0 - f)) * total:
+                return g, h
+    return None
+
+
+#: How far above a split of normal points a split must keep its sum of squares between its sides
+#: (:func:`_population_twice`): two equal groups are one population below ``3 sigma`` apart.
+BIMODAL = 1.1
 
 
 def _without_smallest(state):
