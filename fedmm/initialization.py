@@ -30,8 +30,9 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
   the federation still can.
 - ``"pooled-and-local"``: both of the above, the trimmed pooled start and
   (where every client has at least ``n_components`` samples) the aligned
-  local-EM start, tried in that order; the strategy keeps the run it
-  prefers (:meth:`fedmm.algorithms.Strategy.better_run`). FedGrEM's default: each
+  local-EM start, where each client also runs EM from the pooled start and keeps it if it fits its rows
+  better (:func:`_own_or_federation`), tried in that order; the strategy
+  keeps the run it prefers (:meth:`fedmm.algorithms.Strategy.better_run`). FedGrEM's default: each
   start fails where the other holds. Local EM cannot start mixtures of
   regressions at ``n_k = 150`` nor label-skewed clients, and the pooled
   start can be captured by adversarial clients that are more than the
@@ -62,6 +63,7 @@ from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
 from .engine import best_of_starts, drive, passes, single_pass
 from .families import MixtureParams
+from .protocol import Broadcast
 from .robust import TRIM, client_seeds, first_best, trusted_sizes
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened")
@@ -140,11 +142,15 @@ def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random
         half = np.sort(random_state.choice(able, size=(able + 1) // 2, replace=False)) if able >= 4 else np.arange(able)
         candidates.append(clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
                           .broadcast(K))
-    runs = yield "spawn", [passes(strategy, family, clients, start, CANDIDATE_STEPS, tol) for start in candidates]
-    best = runs[first_best([trimmed_loglik(r.loglik, n_k, trim)[1] for r in runs])].params
+    # Each candidate's last log-likelihoods come with one more round from its last parameters. Its round is the
+    # E-step at the parameters sent, whatever the client's state, so the best one's is its continuation's first.
+    ahead = lambda params: ("step", strategy, Broadcast(params), None)  # noqa: E731
+    runs = yield "spawn", [single_pass(strategy, family, clients, start, CANDIDATE_STEPS, tol, ahead)
+                           for start in candidates]
+    best, first = runs[first_best([trimmed_loglik(r.loglik, n_k, trim)[1] for r, _ in runs])]
     # The best one's proportions are refitted in the message that asks its last log-likelihoods.
-    result, weights = yield from single_pass(strategy, family, clients, best, max_iter, tol,
-                                             lambda params: ("fit_weights", params, None, max_iter, tol))
+    result, weights = yield from single_pass(strategy, family, clients, best.params, max_iter, tol,
+                                             lambda params: ("fit_weights", params, None, max_iter, tol), first)
     return result.params._replace(weights=weights)
 
 
@@ -156,17 +162,31 @@ def align_params(params, method, random_state):
 
 def local_em_start(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
     """Local EM on every client (best of ``n_init`` per client), aligned across clients."""
-    return drive(clients, [_local_em(family, clients, n_components, n_init, max_iter, tol, alignment,
-                                     random_state)])[0]
+    local = drive(clients, [_local_em(family, clients, n_components, n_init, max_iter, tol, random_state)])[0]
+    return _aligned(local.params, alignment, random_state)
 
 
-def _local_em(family, clients, n_components, n_init, max_iter, tol, alignment, random_state):
-    """:func:`local_em_start` as a generator of its queries (:func:`fedmm.engine.drive`): its starts asked in one
-    message, with what runs beside it asks (the trimmed pooled start's first round)."""
+def _local_em(family, clients, n_components, n_init, max_iter, tol, random_state):
+    """Local EM's run, not aligned, as a generator of its queries (:func:`fedmm.engine.drive`): its starts asked
+    in one message, with what runs beside it asks (the trimmed pooled start's first round)."""
     seeds = [client_seeds(random_state, clients.n_clients) for _ in range(n_init)]
     starts = yield "together", [("family_starts", each, n_components) for each in seeds]
-    local = yield from best_of_starts(LocalEM(), family, clients, starts, max_iter, tol)
-    return _aligned(local.params, alignment, random_state)
+    return (yield from best_of_starts(LocalEM(), family, clients, starts, max_iter, tol))
+
+
+def _own_or_federation(family, clients, local, pooled, max_iter, tol):
+    """Each client's local EM (``local``, a run), or its EM from the federation's estimate ``pooled`` where that
+    fits its rows better by more than ``tol`` a sample (EM's own tolerance: within it they are one optimum).
+
+    As with ``n_init``, a client keeps the start that fits its own rows best: one whose own starts all end in a
+    poor optimum takes the optimum its rows share with the others, and one whose rows differ keeps its own. At
+    10^5 clients of 50 rows (5 components in 10 dimensions) a few hundred held a poor optimum, and one of
+    FedGrEM's centres pooled them (docs/research/performance.md). One query (local EM's rounds run on the
+    clients)."""
+    shared = drive(clients, [best_of_starts(LocalEM(), family, clients, [pooled], max_iter, tol)])[0]
+    better = (shared.loglik - local.loglik) / clients.n_samples > tol
+    return MixtureParams(*(np.where(better.reshape(-1, *[1] * (np.ndim(a) - 1)), a, b)
+                           for a, b in zip(shared.params, local.params)))
 
 
 def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
@@ -224,9 +244,12 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         # The two starts side by side (fedmm.engine.drive): their rounds share messages.
         starts = [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state)]
         if init == "pooled-and-local" and clients.n_samples.min() >= n_components and clients.n_clients > 1:
-            starts.append(_local_em(family, clients, n_components, n_init, max_iter, tol, alignment, random_state))
+            starts.append(_local_em(family, clients, n_components, n_init, max_iter, tol, random_state))
         pooled, *local = drive(clients, starts)
-        return [(pooled, None), *local]
+        if not local:
+            return [(pooled, None)]
+        own = _own_or_federation(family, clients, local[0], pooled, max_iter, tol)
+        return [(pooled, None), _aligned(own, alignment, random_state)]
     if algorithm.shares_components:
         return [(_shared_family_start(family, clients, n_components, random_state), None) for _ in range(n_init)]
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]

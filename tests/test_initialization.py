@@ -208,3 +208,30 @@ def test_the_server_matches_regression_starts_by_label():
     np.testing.assert_allclose(start.theta[0], (mass[..., None] * starts.theta).sum(0) / mass.sum(0)[:, None])
     np.testing.assert_allclose(start.scale[0], (mass[..., None] * starts.scale).sum(0) / mass.sum(0)[:, None])
     np.testing.assert_allclose(start.weights[0], mass.sum(0) / mass.sum())
+
+
+def test_a_client_in_a_poor_optimum_of_its_own_takes_the_federations_and_the_others_keep_theirs():
+    """FedGrEM's local-EM start: each client also climbs from the trimmed pooled start and keeps whichever fits
+    its rows better by more than ``tol`` a sample, as with ``n_init`` (at 10^5 clients a few hundred held a
+    poor optimum of their own, and a centre of FedGrEM's pooled them)."""
+    from fedmm.algorithms.local import LocalEM
+    from fedmm.engine import best_of_starts, drive
+    from fedmm.initialization import _own_or_federation
+    X, _ = make_federated_gmm(4, 200, centers=CENTERS, random_state=0)
+    family = GaussianFamily()
+    clients = LocalClients(family, FederatedData.from_input(X))
+    truth = clients.user_start(np.full(4, 0.25), CENTERS)
+    poor = CENTERS.copy()
+    poor[1], poor[3] = [0.5, 0.5], [8.0, 4.0]          # two components on one cluster, one between two
+    start = truth._replace(theta=truth.theta.copy())
+    start.theta[0] = clients.user_start(np.full(4, 0.25), poor).theta[0]
+
+    def run(params, max_iter):
+        return drive(clients, [best_of_starts(LocalEM(), family, clients, [params], max_iter, 1e-4)])[0]
+
+    local, shared = run(start, 1), run(truth, 50)              # one EM step from the poor start: still poor
+    assert (shared.loglik[0] - local.loglik[0]) / 200 > 0.5
+    chosen = _own_or_federation(family, clients, local, truth, 50, 0.05)
+    np.testing.assert_array_equal(chosen.theta[0], shared.params.theta[0])
+    np.testing.assert_array_equal(chosen.theta[1:], local.params.theta[1:])
+    np.testing.assert_array_equal(chosen.weights[1:], local.params.weights[1:])
