@@ -326,11 +326,11 @@ class _Pass:
         # A method whose server only echoes its clients runs each client's rounds on the client, in one query.
         self.local = strategy.local and hasattr(clients, "local") and participation is None
 
-    def rounds(self, max_iter, tol, progress, restart_next=None, also=None):
+    def rounds(self, max_iter, tol, progress, restart_next=None, also=None, first=None):
         """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`.
 
-        A generator of the queries it asks (:func:`drive`). ``also(params)``, a query about the pass's final
-        parameters, goes in one message with their log-likelihoods; its answer is :attr:`also`."""
+        A generator of the queries it asks (:func:`drive`). ``also(params)``, a query about the final parameters, goes
+        with their log-likelihoods (answer: :attr:`also`); ``first``, the first round's replies if already asked."""
         strategy, n_k = self.strategy, self.n_k
         K = len(n_k)
         if self.local:
@@ -345,8 +345,8 @@ class _Pass:
             while self.t < max_iter:
                 self.t = t = self.t + 1
                 asked = self._asked(t, K, np.flatnonzero(~self.calm) if self.tail else None)
-                replies, heard = (yield "step", strategy, self.broadcast, asked) if asked is None or asked.size \
-                    else (None, asked)
+                replies, heard = first if t == 1 and first is not None else \
+                    (yield "step", strategy, self.broadcast, asked) if asked is None or asked.size else (None, asked)
                 everyone = self._hear(replies, heard, K)
                 mask = np.zeros(K, dtype=bool)
                 mask[heard] = True
@@ -509,11 +509,11 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
     return result
 
 
-def single_pass(strategy, family, clients, start, max_iter, tol, also):
+def single_pass(strategy, family, clients, start, max_iter, tol, also, first=None):
     """:func:`passes` of a strategy that never restarts, ``also(params)`` asked about its final parameters in one
-    message with their log-likelihoods (:meth:`_Pass.rounds`): ``(FitResult, its answer)``."""
+    message with their log-likelihoods (:meth:`_Pass.rounds`, as ``first``): ``(FitResult, its answer)``."""
     current = _Pass(strategy, family, clients, start, None)
-    result = yield from current.rounds(max_iter, tol, SILENT, also=also)
+    result = yield from current.rounds(max_iter, tol, SILENT, also=also, first=first)
     return result, current.also
 
 

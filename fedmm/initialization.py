@@ -61,7 +61,7 @@ from .alignment import align
 from .algorithms.local import LocalEM
 from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
-from .engine import best_of_starts, drive, passes, single_pass
+from .engine import best_of_starts, drive, single_pass
 from .families import MixtureParams
 from .protocol import Broadcast
 from .robust import TRIM, client_seeds, first_best, trusted_sizes

@@ -265,3 +265,19 @@ def test_queries_of_several_kinds_go_in_one_message_and_give_the_same_fit(monkey
     for key in ("bytes_down", "bytes_up"):
         assert one[key].sum() == many[key].sum() == one[f"client_{key}"].sum()
     assert (one["messages_down"][mixed] == 6).all() and one["client_messages_down"].sum() == one["messages_down"].sum()
+
+
+def test_a_trimmed_pooled_round_depends_on_the_parameters_sent_only():
+    """The trimmed pooled start asks each candidate's last log-likelihoods with one more round, and takes the best
+    one's as its continuation's first round (one query fewer): that holds because TrimmedPooledEM's client step is
+    its E-step at the parameters sent, so a client carrying another run's state replies as a freshly started one."""
+    from fedmm.algorithms.pooled import TrimmedPooledEM
+    from fedmm.protocol import Broadcast
+    data, family, start = _problem()
+    strategy = TrimmedPooledEM()
+    other = start._replace(weights=np.tile([0.6, 0.3, 0.1], (K, 1)), theta=start.theta + 1.0)
+    fresh, _ = strategy.client_step(family, data, strategy.client_start(start, data.n_samples), Broadcast(start))
+    carried, _ = strategy.client_step(family, data, strategy.client_start(other, data.n_samples), Broadcast(start))
+    for x, y in zip(fresh, carried):
+        for a, b in zip(*((x, y) if isinstance(x, tuple) else ((x,), (y,)))):
+            np.testing.assert_array_equal(a, b)

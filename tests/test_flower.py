@@ -238,8 +238,8 @@ def test_a_node_the_superlink_reports_gone_is_left_out_at_once():
         return honest(message, context)
     grid.apps[6] = vanishing
     remote = fit(_estimator(None, "fedgrem", init="auto"), grid)
-    # Every part of the message it was sent is rejected (a round's, and any query's that went with it).
-    assert {r.node for r in remote.flower_rejections_} == {6} and remote.flower_rejections_[0].action == "step"
+    # Every part of the next message it was sent is rejected, whatever queries went in it.
+    assert {r.node for r in remote.flower_rejections_} == {6}
     assert all("gone" in r.reason for r in remote.flower_rejections_)
     assert calls.count("query.step") == 3  # never asked again
     np.testing.assert_array_equal(remote.client_ids_, np.arange(5))
@@ -300,7 +300,8 @@ def test_clients_are_ordered_by_their_names_not_their_node_ids():
     node_ids = [9_000_000_000 - 7 * k for k in range(6)]   # decreasing: the reverse of the partitions
     grid, sent = LocalGrid(_apps(X), node_ids=node_ids), []
     send = grid.send_and_receive
-    grid.send_and_receive = lambda messages, **kw: sent.append(messages[0].metadata.message_type) or send(messages, **kw)
+    grid.send_and_receive = lambda messages, **kw: (sent.append(messages[0].metadata.message_type)
+                                                    or send(messages, **kw))
     remote = fit(_estimator(None, "fedem"), grid)
     ref = _estimator(None, "fedem").fit(X)
     assert sent.count("query.hello") == 1 and len(sent) == len(remote.communication_["query"])
