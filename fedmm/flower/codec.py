@@ -16,8 +16,8 @@ from ..clients import LocalFit
 from ..families import MixtureParams
 from ..protocol import stack
 
-__all__ = ["STYPE", "TOGETHER", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed", "split_runs",
-           "per_run", "payload", "all_bytes", "local_fit_arrays", "local_fit"]
+__all__ = ["STYPE", "TOGETHER", "encode", "arrays", "record_arrays", "config", "flatten", "unflatten", "prefixed",
+           "split_runs", "per_run", "payload", "all_bytes", "local_fit_arrays", "local_fit"]
 
 #: How fedmm's arrays are serialized in a Flower ``Array``: C-ordered little-endian bytes.
 STYPE = "fedmm.raw"

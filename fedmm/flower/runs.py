@@ -186,9 +186,9 @@ class RunQueries:
 
         settings = {str(i): [strategy.name, strategy.client_options(), max_iter, tol]
                     for i, (strategy, _, max_iter, tol) in enumerate(runs)}
-        return Part("local", rows, check,
-                    lambda replies: [local_fit([split_runs(replies[k])[i] for k in range(K)]) for i in range(len(runs))],
-                    settings={"runs": json.dumps(settings)}, method=runs[0][0].name)
+        def finish(replies):
+            return [local_fit([split_runs(replies[k])[i] for k in range(K)]) for i in range(len(runs))]
+        return Part("local", rows, check, finish, settings={"runs": json.dumps(settings)}, method=runs[0][0].name)
 
     def _fit_weights_part(self, params, which=None, max_iter=100, tol=1e-3):
         which = np.ones(self.n_clients, dtype=bool) if which is None else which
