@@ -181,12 +181,11 @@ def _own_or_federation(family, clients, local, pooled, max_iter, tol):
     As with ``n_init``, a client keeps the start that fits its own rows best: one whose own starts all end in a
     poor optimum takes the optimum its rows share with the others, and one whose rows differ keeps its own. At
     10^5 clients of 50 rows (5 components in 10 dimensions) a few hundred held a poor optimum, and one of
-    FedGrEM's centres pooled them (docs/research/performance.md). One query (local EM's rounds run on the
+    FedGrEM's centres pooled them (docs/research/groups.md). One query (local EM's rounds run on the
     clients)."""
     shared = drive(clients, [best_of_starts(LocalEM(), family, clients, [pooled], max_iter, tol)])[0]
     better = (shared.loglik - local.loglik) / clients.n_samples > tol
-    return MixtureParams(*(np.where(better.reshape(-1, *[1] * (np.ndim(a) - 1)), a, b)
-                           for a, b in zip(shared.params, local.params)))
+    return shared.params.where(better, local.params)
 
 
 def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
