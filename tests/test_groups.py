@@ -225,3 +225,13 @@ def test_one_population_split_in_halves_is_joined_again_at_any_number_of_clients
     assert len(_grouped(theta, labels=halves).centers) == 1
     theta, truth = _clients([4000, 40], 1)
     assert adjusted_rand_score(truth, _grouped(theta, labels=halves[:4040]).labels) == 1.0
+
+
+def test_groups_that_pool_no_client_are_not_judged_one_population():
+    """With a penalty too small to pool anyone, neither group has pooled clients to compare, and the rule that
+    joins a population held twice leaves them (it raised ValueError on the empty set: ``penalty="paper"`` at
+    ``h = 0.5``). Unpooled, every client keeps its own estimate."""
+    theta, truth = _clients([6, 6], 0, spread=1.0, noise=2.0)
+    res = _grouped(theta, lam=0.01, labels=truth)
+    assert not res.central.pooled.any()
+    np.testing.assert_allclose(res.central.nu, theta, atol=0.01)

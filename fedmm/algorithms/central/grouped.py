@@ -303,11 +303,11 @@ def _population_twice(state, theta):
     for g in range(1, len(centers)):
         for h in range(g):
             union = ((labels == g) | (labels == h)) & pooled
-            z = theta[union].reshape(union.sum(), -1) @ (centers[g] - centers[h]).ravel()
             side = labels[union] == g
-            f = side.mean()
-            if f in (0.0, 1.0):
+            if side.all() or not side.any():    # a side pools no client (also both: a small penalty): no split
                 continue
+            z = theta[union].reshape(len(side), -1) @ (centers[g] - centers[h]).ravel()
+            f = side.mean()
             within = sum(((part - part.mean()) ** 2).sum() for part in (z[side], z[~side]))
             total = ((z - z.mean()) ** 2).sum()
             if total - within <= BIMODAL * norm.pdf(norm.isf(f)) ** 2 / (f * (1.0 - f)) * total:
