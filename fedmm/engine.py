@@ -1,17 +1,16 @@
 """The round engine: rounds, stopping rules, restarts and multiple starts, above every strategy.
 
-A round sends the server's :class:`~fedmm.protocol.Broadcast` to the clients,
-runs every client's ``client_step`` and hands the stacked
-:class:`~fedmm.protocol.ClientMessage` to ``server_step``
+A round sends the server's :class:`~fedmm.protocol.Broadcast` to the clients, runs every client's
+``client_step`` and hands the stacked :class:`~fedmm.protocol.ClientMessage` to ``server_step``
 (``docs/architecture.md``). Two modes give the same numbers:
 
-- ``"batched"``: all clients in one ``client_step`` over the contiguous data
-  array (one kernel call per round: the fast path);
-- ``"per-client"``: one ``client_step`` per client on its own rows, the
-  messages stacked for the server: what a deployment with separate parties does.
+- ``"batched"``: all clients in one ``client_step`` over the contiguous data array (one kernel call per round:
+  the fast path);
+- ``"per-client"``: one ``client_step`` per client on its own rows, the messages stacked for the server: what a
+  deployment with separate parties does.
 
-The loop, the stopping rule, the divergence check and the restarts a
-strategy asks for (:meth:`~fedmm.algorithms.Strategy.restart`) live here once.
+The loop, the stopping rule, the divergence check and the restarts a strategy asks for
+(:meth:`~fedmm.algorithms.Strategy.restart`) live here once.
 """
 
 import copy
@@ -66,6 +65,8 @@ class FitResult(NamedTuple):
         Clients that kept a restart.
     start : int
         :func:`fit_restarts`: the start with the best total log-likelihood.
+    own_fit : ndarray of int
+        Clients given their own fit instead (:meth:`~fedmm.algorithms.Strategy.own_fits`).
     """
 
     params: MixtureParams
@@ -77,6 +78,7 @@ class FitResult(NamedTuple):
     restarts: int = 0
     restarted: np.ndarray = np.array([], dtype=int)
     start: int = 0
+    own_fit: np.ndarray = np.array([], dtype=int)
 
 
 class Progress:
@@ -165,16 +167,14 @@ def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", pro
     clients with :class:`LocalClients`'s methods (:mod:`fedmm.flower`). A transport may hear fewer
     clients than it asked (a reply lost or rejected): they count as not heard.
 
-    Stops when the quantity named by ``strategy.stop_on`` changed by less
-    than ``tol`` in a round: no client's mean log-likelihood per sample
-    (scikit-learn's rule, client by client), or no weight or parameter
-    coordinate of any client. ``participation`` (:class:`Participation`)
-    picks the clients each round hears; the server reuses the last message of
-    the others. Every round records its communication
+    Stops when the quantity named by ``strategy.stop_on`` changed by less than ``tol`` in a round: no client's
+    mean log-likelihood per sample (scikit-learn's rule, client by client), or no weight or parameter
+    coordinate of any client. ``participation`` (:class:`Participation`) picks the clients each round hears;
+    the server reuses the last message of the others. Every round records its communication
     (:meth:`~fedmm.algorithms.Strategy.communication`) in ``history``.
 
-    A run of an ascent strategy that ends with a lower total log-likelihood
-    than its start draws a :class:`sklearn.exceptions.ConvergenceWarning`.
+    A run of an ascent strategy that ends with a lower total log-likelihood than its start draws a
+    :class:`sklearn.exceptions.ConvergenceWarning`.
 
     Raises
     ------

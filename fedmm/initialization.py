@@ -55,9 +55,11 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
 ``"auto"`` is the method's own default (``Strategy.default_init``).
 """
 
+from typing import NamedTuple, Optional
+
 import numpy as np
 
-from .alignment import align
+from .alignment import align, match_each
 from .algorithms.local import LocalEM
 from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
@@ -75,8 +77,8 @@ SCREEN = 6.0
 #: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
-__all__ = ["INITS", "make_starts", "align_params", "clustered_start", "client_family_starts", "common_start",
-           "local_em_start", "trimmed_pooled_start", "screened_start", "screened_features", "screenable"]
+__all__ = ["INITS", "Start", "make_starts", "with_own_fits", "align_params", "clustered_start",
+           "client_family_starts", "common_start", "local_em_start", "trimmed_pooled_start", "screened_start", "screened_features", "screenable"]
 
 
 def client_family_starts(clients, n_components, random_state, which=None):
@@ -154,6 +156,29 @@ def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random
     return result.params._replace(weights=weights)
 
 
+class Start(NamedTuple):
+    """One start of a fit: its parameters, the alignment applied to them (or None), and where they are each
+    client's own fit, EM on its rows alone (the local-EM start of ``"pooled-and-local"``), its log-likelihoods
+    (K,) there (:meth:`fedmm.algorithms.Strategy.own_fits` compares the fit with them)."""
+    params: MixtureParams
+    alignment: object = None
+    own_loglik: Optional[np.ndarray] = None
+
+
+def with_own_fits(strategy, clients, result, start, n_parameters):
+    """``result`` (a :class:`fedmm.engine.FitResult`) with the clients :meth:`~fedmm.algorithms.Strategy.own_fits`
+    names given their own fit from ``start`` (a :class:`Start` with ``own_loglik``; else ``result`` as it is), its
+    components relabelled to match the estimate it replaces (:func:`fedmm.alignment.match_each`): component ``r``
+    means the same on every client."""
+    keep = None if start.own_loglik is None else \
+        strategy.own_fits(result, start, clients.n_samples, n_parameters)
+    if keep is None or not keep.any():
+        return result
+    own = start.params.permute(match_each(result.params.theta, start.params.theta))
+    return result._replace(params=own.where(keep, result.params), own_fit=np.flatnonzero(keep),
+                           loglik=np.where(keep, start.own_loglik, result.loglik))
+
+
 def align_params(params, method, random_state):
     """Relabel every client's components into one labelling; returns ``(params, Alignment)``."""
     alignment = align(params.theta, method, random_state=random_state)
@@ -182,10 +207,10 @@ def _own_or_federation(family, clients, local, pooled, max_iter, tol):
     poor optimum takes the optimum its rows share with the others, and one whose rows differ keeps its own. At
     10^5 clients of 50 rows (5 components in 10 dimensions) a few hundred held a poor optimum, and one of
     FedGrEM's centres pooled them (docs/research/groups.md). One query (local EM's rounds run on the
-    clients)."""
+    clients). ``(params, each client's log-likelihood)``."""
     shared = drive(clients, [best_of_starts(LocalEM(), family, clients, [pooled], max_iter, tol)])[0]
     better = (shared.loglik - local.loglik) / clients.n_samples > tol
-    return shared.params.where(better, local.params)
+    return shared.params.where(better, local.params), np.where(better, shared.loglik, local.loglik)
 
 
 def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment,
@@ -207,8 +232,16 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
 
     Returns
     -------
-    list of (MixtureParams, Alignment or None)
+    list of Start
     """
+    return [Start(*start) for start in _starts(family, algorithm, data, n_components, init=init, n_init=n_init,
+                                               max_iter=max_iter, tol=tol, alignment=alignment,
+                                               random_state=random_state, user=user, moments=moments)]
+
+
+def _starts(family, algorithm, data, n_components, *, init, n_init, max_iter, tol, alignment, random_state,
+            user=None, moments=None):
+    """:func:`make_starts`' starts as tuples of :class:`Start`'s fields."""
     clients = as_clients(family, data)
     clients.ledger.phase = "start"
     if isinstance(user, MixtureParams):  # a warm start: the last fit's parameters
@@ -247,8 +280,8 @@ def make_starts(family, algorithm, data, n_components, *, init, n_init, max_iter
         pooled, *local = drive(clients, starts)
         if not local:
             return [(pooled, None)]
-        own = _own_or_federation(family, clients, local[0], pooled, max_iter, tol)
-        return [(pooled, None), _aligned(own, alignment, random_state)]
+        own, loglik = _own_or_federation(family, clients, local[0], pooled, max_iter, tol)
+        return [(pooled, None), (*_aligned(own, alignment, random_state), loglik)]
     if algorithm.shares_components:
         return [(_shared_family_start(family, clients, n_components, random_state), None) for _ in range(n_init)]
     starts = [client_family_starts(clients, n_components, random_state) for _ in range(n_init)]

@@ -202,9 +202,12 @@ def test_runs_side_by_side_give_the_runs_one_after_another_in_fewer_queries(widt
         monkeypatch.setattr(fedmm.engine, "STATES_AT_ONCE", 1)
     together, shared = _fedgrem_starts(lambda c: c)
     alone, apart = _fedgrem_starts(_OneAtATime)
-    for (a, _), (b, _) in zip(together, alone):
-        for x, y in zip(a, b):
+    for a, b in zip(together, alone):
+        for x, y in zip(a.params, b.params):
             np.testing.assert_array_equal(x, y)
+        assert (a.own_loglik is None) == (b.own_loglik is None)
+        if a.own_loglik is not None:
+            np.testing.assert_array_equal(a.own_loglik, b.own_loglik)
     if width is None:
         assert len(shared["query"]) < len(apart["query"]) / 2
         assert shared["bytes_up"].sum() == apart["bytes_up"].sum()       # the same numbers, fewer envelopes

@@ -11,7 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 from fedmm import FederatedGaussianMixture
 from fedmm.algorithms.central import central_update, grouped_central_update, huber_costs
 from fedmm.algorithms.fedgrem import centre_cost
-from fedmm.metrics import estimation_errors
+from fedmm.metrics import best_permutation, estimation_errors
 from fedmm.simulate import make_grouped_gmm
 
 R, p, N = 3, 4, 60.0
@@ -235,3 +235,47 @@ def test_groups_that_pool_no_client_are_not_judged_one_population():
     res = _grouped(theta, lam=0.01, labels=truth)
     assert not res.central.pooled.any()
     np.testing.assert_allclose(res.central.nu, theta, atol=0.01)
+
+
+def _far_client_federation(seed, shift=6.0):
+    """Nine clients of one mixture (three spherical components in five dimensions) and a tenth whose three means
+    are all moved by ``shift`` in one direction (``validation/every_client.py``'s base, 100 rows a client)."""
+    rng = np.random.RandomState(seed)
+    base = 3.0 * np.array([[1.0, 0, 0, 0, 0], [-0.5, 0.866, 0, 0, 0], [-0.5, -0.866, 0, 0, 0]])
+    u = rng.standard_normal(5)
+    theta = np.repeat(base[None], 10, axis=0) + 0.1 * rng.standard_normal((10, 3, 5))
+    theta[9] += shift * u / np.linalg.norm(u)
+    X = [theta[k, rng.choice(3, 100)] + rng.standard_normal((100, 5)) for k in range(10)]
+    return X, theta
+
+
+def _far_error(means, theta):
+    """The mean over components of the means' error under the best label match."""
+    return np.linalg.norm(means[best_permutation(means, theta)] - theta, axis=-1).mean()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_client_far_from_every_group_keeps_its_own_fit_and_the_others_the_federations(seed):
+    """Per client, not on average: the far client's components near other components of the centre pooled there
+    (its error 1.6 and 3.1 against its local EM's 0.32 and 0.35); its rows reject that estimate, so it keeps its
+    own fit, and no other client does."""
+    X, theta = _far_client_federation(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm = FederatedGaussianMixture(3, covariance_type="spherical", random_state=seed).fit(X)
+        local = FederatedGaussianMixture(3, covariance_type="spherical", method="local-em", n_init=10,
+                                         random_state=seed).fit(X)
+    np.testing.assert_array_equal(gm.own_fit_clients_, [9])
+    assert _far_error(gm.means_[9], theta[9]) <= 1.5 * _far_error(local.means_[9], theta[9])
+
+
+def test_rows_reject_an_estimate_beyond_the_chi_square_level_and_never_for_a_collapsed_own_fit():
+    """The likelihood-ratio test of :func:`rejects_estimate`: ``2 (l_own - l)`` above the chi-square's ``1 - level``
+    quantile with the mixture's parameters as degrees of freedom rejects, below it keeps; an own fit with a
+    component on fewer rows than one component's parameters never counts (its likelihood has no bound)."""
+    from scipy.stats import chi2
+    from fedmm.algorithms.outliers import OWN_LEVEL, rejects_estimate
+    q, sizes = 20, np.array([[30.0, 30.0, 40.0], [30.0, 30.0, 40.0], [30.0, 69.0, 1.0]])
+    critical = chi2.isf(OWN_LEVEL, q) / 2.0
+    own = np.array([critical + 0.1, critical - 0.1, 1000.0])
+    np.testing.assert_array_equal(rejects_estimate(np.zeros(3), own, sizes, q), [True, False, False])

@@ -25,7 +25,7 @@ def _starts(method, init, X, **kw):
 
 def test_local_em_start_is_aligned_across_clients():
     X, truth = make_federated_gmm(6, 200, centers=CENTERS, h=0.3, random_state=0)
-    (start, alignment), = _starts("local-grem", "local-em", X)
+    (start, alignment, _), = _starts("local-grem", "local-em", X)
     assert alignment is not None and alignment.perms.shape == (6, 4)
     # Aligned: component r sits near the same centre on every client.
     spread = np.linalg.norm(start.theta - start.theta[0], axis=-1).max()
@@ -36,7 +36,7 @@ def test_common_start_is_one_start_broadcast_with_uniform_weights():
     X, _ = make_federated_gmm(5, 100, centers=CENTERS, random_state=1)
     starts = _starts("local-em", "common", X)
     assert len(starts) == 2
-    for start, alignment in starts:
+    for start, alignment, _ in starts:
         assert alignment is None
         np.testing.assert_array_equal(start.theta, np.broadcast_to(start.theta[0], start.theta.shape))
         np.testing.assert_allclose(start.weights, 0.25)
@@ -44,7 +44,7 @@ def test_common_start_is_one_start_broadcast_with_uniform_weights():
 
 def test_family_starts_of_pooled_methods_are_shared():
     X, _ = make_federated_gmm(3, 100, centers=CENTERS, random_state=2)
-    for start, alignment in _starts("pooled-em", "auto", X):
+    for start, alignment, _ in _starts("pooled-em", "auto", X):
         np.testing.assert_array_equal(start.theta[0], start.theta[2])
 
 
@@ -231,7 +231,8 @@ def test_a_client_in_a_poor_optimum_of_its_own_takes_the_federations_and_the_oth
 
     local, shared = run(start, 1), run(truth, 50)              # one EM step from the poor start: still poor
     assert (shared.loglik[0] - local.loglik[0]) / 200 > 0.5
-    chosen = _own_or_federation(family, clients, local, truth, 50, 0.05)
+    chosen, loglik = _own_or_federation(family, clients, local, truth, 50, 0.05)
+    np.testing.assert_array_equal(loglik, np.r_[shared.loglik[0], local.loglik[1:]])
     np.testing.assert_array_equal(chosen.theta[0], shared.params.theta[0])
     np.testing.assert_array_equal(chosen.theta[1:], local.params.theta[1:])
     np.testing.assert_array_equal(chosen.weights[1:], local.params.weights[1:])

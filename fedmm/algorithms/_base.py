@@ -326,6 +326,12 @@ class Strategy(BaseEstimator, ABC):
         """(K,) bool: the clients that keep the restarted pass ``trial`` rather than ``before``."""
         return np.ones(len(before.loglik), dtype=bool)
 
+    def own_fits(self, result, own, n_k, n_parameters):
+        """(K,) bool: the clients whose own fit ``own`` (a :class:`fedmm.initialization.Start` of EM on each
+        client's rows alone, with their log-likelihoods) replaces their estimate of the run ``result``, or None
+        (none: the default)."""
+        return None
+
     def may_keep_moving(self, diagnostics, params, n_k):
         """(K,) bool: clients whose motion the stopping rule does not wait for, or None (it waits for every
         client). A robust method's: clients it has set apart from the others, so that one party that never

@@ -27,8 +27,8 @@ from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm
 # FedGrEM's parts, each in a module of its own; their names stay importable from here.
 from .new_client import shrunk_client
-from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, scale_deviation,  # noqa: F401
-                       variance_information, variance_scores)
+from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
+                       scale_deviation, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
 from .variances import noise_scale, pool_variances, robust_scale
 
@@ -487,7 +487,7 @@ class FedGrEM(GradientStrategy):
     def fitted_attributes(self, result, client_ids, n_k):
         """``pooled_``, ``pooled_variances_``, ``distance_to_center_``, ``pooling_threshold_``, ``outlier_scores_``
         (:func:`outlier_scores`), ``suspected_outliers_`` (score above 1, most suspect first),
-        ``center_restarts_`` and ``restarted_clients_``."""
+        ``center_restarts_``, ``restarted_clients_`` and ``own_fit_clients_`` (:meth:`own_fits`)."""
         c = result.diagnostics
         # Suspicion is relative to the largest group (with one centre, every client's): a client of another
         # group differs from the majority, and groups_ says that it has a group of its own.
@@ -496,7 +496,8 @@ class FedGrEM(GradientStrategy):
         attributes = {"pooled_": c.pooled, "pooled_variances_": c.pooled_scale, "distance_to_center_": c.distance,
                       "pooling_threshold_": c.threshold, "outlier_scores_": scores,
                       "suspected_outliers_": client_ids[suspects[np.argsort(-scores[suspects])]],
-                      "center_restarts_": result.restarts, "restarted_clients_": client_ids[result.restarted]}
+                      "center_restarts_": result.restarts, "restarted_clients_": client_ids[result.restarted],
+                      "own_fit_clients_": client_ids[result.own_fit]}
         if self.client_server:
             attributes["groups_"] = c.labels
         return attributes
@@ -515,6 +516,16 @@ class FedGrEM(GradientStrategy):
     def restarting(self, diagnostics, attempt):
         fresh = ~diagnostics.pooled.all(axis=1)
         return fresh if attempt <= self.center_restarts and fresh.any() else None
+
+    def own_fits(self, result, own, n_k, n_parameters):
+        """Suspected outliers (:func:`outlier_scores` above 1) whose rows reject FedGrEM's estimate for their own
+        fit (:func:`rejects_estimate`): a client far from every group, whose components pooled onto others' as a
+        poor optimum its EM does not leave (``docs/research/every-client.md``). Both the others' estimates and
+        its rows must say so: a small client's own fit overfits beyond the chi-square's reach. Only that
+        client's estimate changes: a party that lies moves no one else."""
+        suspect = self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0
+        return suspect & rejects_estimate(result.loglik, own.own_loglik, n_k[:, None] * own.params.weights,
+                                          n_parameters)
 
     def may_keep_moving(self, diagnostics, params, n_k):
         """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of their components pooled,

@@ -18,6 +18,9 @@ OUTLIER_LEVEL = 0.01
 #: client flagged by it in 36 fits of three designs.
 VARIANCE_LEVEL = 0.001
 
+#: The level at which a client's rows reject FedGrEM's estimate for their own fit (:func:`rejects_estimate`).
+OWN_LEVEL = 0.01
+
 
 def outlier_scores(distance, N, p, level=OUTLIER_LEVEL, reference=None, rank=None, least_scale=0.0):
     """Each client's outlier score: above 1, its estimates differ from the consensus more than the
@@ -102,3 +105,17 @@ def variance_information(N):
     nu = np.maximum(N - 1.0, 0.0)
     with np.errstate(divide="ignore"):
         return np.where(nu > 0, 2.0 / polygamma(1, nu / 2.0), 0.0)
+
+
+def rejects_estimate(loglik, own_loglik, own_sizes, n_parameters, level=OWN_LEVEL):
+    """(K,) bool: the clients whose rows reject their estimate (log-likelihoods ``loglik``) for their own fit.
+
+    The likelihood-ratio statistic ``2 (l_own - l)`` against the chi-square with the mixture's
+    ``n_parameters`` degrees of freedom (Wilks 1938), at ``level``: the estimate is a point the client's own
+    fit could have reached had its parameters been that. Only an own fit whose every component holds
+    ``own_sizes`` (K, R) of at least one component's parameters in rows counts: a component collapsed on a
+    few rows has a likelihood without bound (one of 12 clients of ``validation/every_client.py``'s 9 + 3,
+    a component on one row: 37 nats above FedGrEM, its means 3 off)."""
+    R = own_sizes.shape[1]
+    regular = (own_sizes >= (n_parameters - (R - 1)) / R).all(axis=1)
+    return regular & (2.0 * (own_loglik - loglik) > chi2.isf(level, n_parameters))

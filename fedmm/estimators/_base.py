@@ -18,7 +18,7 @@ from ..clients import LocalClients, fit_weights, server_side
 from ..data import FederatedData, check_component_sizes, check_components, check_copies, check_empty_components
 from ..engine import Participation, Progress, fit_restarts
 from ..families import MixtureParams
-from ..initialization import INITS, align_params, make_starts
+from ..initialization import INITS, align_params, make_starts, with_own_fits
 from ..kernels import BACKENDS, resolve_backend
 from ..methods import METHODS, Method, make_method
 from ..privacy import (OutsideBoundsWarning, PrivateClients, calibrated_rounds, centre_start, clip_to_bounds,
@@ -347,15 +347,17 @@ class _FederatedMixture(BaseEstimator, ABC):
 
     def _estimate(self, family, data, strategy, rng, user, starts=None, progress=None, moments=None):
         """Starts (unless given; ``moments``, the pooled ones in standard units, for ``init="screened"``), rounds
-        and restarts on data in standard units: ``(FitResult, Alignment or None)``."""
+        restarts and own fits on data in standard units: ``(FitResult, Alignment or None)``."""
         starts = self._starts(family, data, strategy, rng, user, moments) if starts is None else starts
         participation = None
         fraction, dropout = getattr(strategy, "participation", 1.0), getattr(strategy, "dropout", 0.0)
         if fraction < 1.0 or dropout > 0.0:
             participation = Participation(fraction, dropout, rng.randint(2 ** 31 - 1))
-        result = fit_restarts(strategy, family, data, [start for start, _ in starts], self.max_iter, self.tol,
+        result = fit_restarts(strategy, family, data, [start.params for start in starts], self.max_iter, self.tol,
                               progress=progress or Progress(), participation=participation)
-        alignment = starts[result.start][1]
+        result = with_own_fits(strategy, data, result, starts[-1], family.n_parameters(self.n_components,
+                                                                                    self.n_features_in_))
+        alignment = starts[result.start].alignment
         if strategy.per_client and self.alignment is not None and data.n_clients > 1:
             # Independent clients label their components in any order; relabel the final
             # estimates so that component r means the same thing on every client.
