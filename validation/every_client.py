@@ -1,5 +1,5 @@
 """Every client against itself alone (issue 61): grouped federations where groups differ in some components only,
-a small minority group, several close groups, and groups of regressions.
+a small minority group, several close groups, groups of regressions, and one client far from the others.
 
 Generators of this script's own (not :func:`fedmm.simulate.make_grouped_gmm`): 12 clients, R = 3 components in
 R^5 with 100 rows each (the regressions: R = 2 in R^3, 200 rows), every client's parameters its group's moved by
@@ -8,7 +8,9 @@ R^5 with 100 rows each (the regressions: R = 2 in R^3, 200 rows), every client's
 - ``shared``: two groups of 6 that share two of the three components; the third is 4 apart;
 - ``9 + 3``: a majority of 9 and a minority of 3 whose every component is 1.5 from the majority's;
 - ``4 x 3``: four groups of 3, each group's components 2 from a common base;
-- ``regressions``: two groups of 6, every coefficient vector 2 apart.
+- ``regressions``: two groups of 6, every coefficient vector 2 apart;
+- ``far``: 9 clients of the base and a tenth whose three means are all 6 from it (1-2 of its components used
+  to pool onto other components of the centre: :meth:`fedmm.algorithms.fedgrem.FedGrEM.own_fits`).
 
 Error: per client, the mean over components of ``||theta_hat_r - theta_r||`` under the client's best label match.
 Local EM (``n_init=10``) is each client's reference; the oracle is FedEM on each true group's rows, started at
@@ -40,7 +42,8 @@ ADAPTIVE, AT_MOST, WORST, OVER_ORACLE = ("FedGrEM", "FedeRiCo"), 1.0, 1.5, 1.5
 SHAPES = {"shared": dict(sizes=(6, 6), gap=4.0, moved=[2]),
           "9 + 3": dict(sizes=(9, 3), gap=1.5),
           "4 x 3": dict(sizes=(3, 3, 3, 3), gap=2.0),
-          "regressions": dict(sizes=(6, 6), gap=2.0, regression=True)}
+          "regressions": dict(sizes=(6, 6), gap=2.0, regression=True),
+          "far": dict(sizes=(9, 1), gap=6.0)}
 BASE_GMM = 3.0 * np.array([[1.0, 0, 0, 0, 0], [-0.5, 0.866, 0, 0, 0], [-0.5, -0.866, 0, 0, 0]])
 BASE_MOR = np.array([[2.0, 0.0, 1.0], [-2.0, 1.0, 0.0]])
 H = 0.1
