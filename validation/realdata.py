@@ -66,6 +66,7 @@ METHODS = {"fedgrem": {}, "fedgrem (local-EM start)": dict(init="local-em"),
            "fedgrem (penalty='paper', pooling_sizes='client')": dict(penalty="paper", pooling_sizes="client"),
            "fedgrem (penalty=inf)": dict(penalty=np.inf),
            "fedgrem (C=8)": dict(penalty_params={"C": 8.0}), "fedgrem (penalty='auto')": dict(penalty="auto"),
+           "fedgrem (penalty='sure')": dict(penalty="sure"),
            "fedem": {},
            "fedem (local-EM start)": dict(init="local-em"), "local-em": {}, "pooled-em": {}}
 RESULTS = Path(__file__).parent / "results" / "realdata.md"
