@@ -168,7 +168,9 @@ class _FederatedMixture(BaseEstimator, ABC):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         copied = data.client_ids[check_copies(data, stacklevel=4)]
-        self._fit_clients(strategy, family, server_side(LocalClients(family, data)), data.client_ids, data.n_features)
+        clients, client_ids, n_features = server_side(LocalClients(family, data)), data.client_ids, data.n_features
+        del data  # the clients hold the rows and move them into standard units: the fit keeps one copy, not two
+        self._fit_clients(strategy, family, clients, client_ids, n_features)
         return self.name_suspects(strategy, copied)
 
     def _clip_to_bounds(self, data):
