@@ -84,12 +84,10 @@ class FitResult(NamedTuple):
 class Progress:
     """What a fit prints while it runs (the estimators' ``verbose``, scikit-learn's convention).
 
-    ``verbose=0`` prints nothing; ``1`` one line per run (start, restart
-    pass) when it ends; ``2`` also every ``interval`` rounds, with the
-    round's records (log-likelihood per sample, parameter change, and the
-    strategy's own, e.g. FedGrEM's penalty and pooled fraction).
-    ``offset`` is added to printed log-likelihoods per sample, so that they
-    read in the data's units when the fit runs in standard ones.
+    ``verbose=0`` prints nothing; ``1`` one line per run (start, restart pass) when it ends; ``2`` also every
+    ``interval`` rounds, with the round's records (log-likelihood per sample, parameter change, and the strategy's
+    own, e.g. FedGrEM's penalty and pooled fraction). ``offset`` is added to printed log-likelihoods per sample, so
+    that they read in the data's units when the fit runs in standard ones.
     """
 
     def __init__(self, verbose=0, interval=10, offset=0.0, stream=None):
@@ -128,16 +126,13 @@ SILENT = Progress(0)
 class Participation:
     """Which clients a round hears: a sample of ``fraction`` of them, less those that drop out.
 
-    Every round after the first the server asks ``max(1, round(fraction K))``
-    clients drawn uniformly without replacement (FedEM's client sampling,
-    Marfoq et al. Sec. 4 and App. J.6), and each asked client fails to reply
-    with probability ``dropout``. The first round hears everyone: the start
-    already needed every client (local starts and their alignment). The server
-    keeps every client's last message and uses it for the clients it did not
-    hear (as MIFA does, Gu et al., NeurIPS 2021; incremental EM for the pooled
-    methods, Neal & Hinton 1998), so FedGrEM's central problem still sees every
-    client, outliers included; clients not heard keep their parameters until
-    they are next asked.
+    Every round after the first the server asks ``max(1, round(fraction K))`` clients drawn uniformly without
+    replacement (FedEM's client sampling, Marfoq et al. Sec. 4 and App. J.6), and each asked client fails to reply
+    with probability ``dropout``. The first round hears everyone: the start already needed every client (local
+    starts and their alignment). The server keeps every client's last message and uses it for the clients it did
+    not hear (as MIFA does, Gu et al., NeurIPS 2021; incremental EM for the pooled methods, Neal & Hinton 1998), so
+    FedGrEM's central problem still sees every client, outliers included; clients not heard keep their parameters
+    until they are next asked.
 
     Parameters
     ----------
@@ -375,7 +370,12 @@ class _Pass:
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
         progress.end(self.t, converged, loglik.sum() / n_k.sum())
-        return FitResult(self.params, self.t, converged, self._records(), loglik, strategy.diagnostics(self.server))
+        result = FitResult(self.params, self.t, converged, self._records(), loglik, strategy.diagnostics(self.server))
+        # Only a pass stopped for a restart resumes (passes), and its first round hears all unless some sit out: what
+        # no round needs again goes (the replies, the server's state: ten (K, R, p) arrays beside the next pass's).
+        self.messages = self.messages if self.deferred and (self.tail or self.participation is not None) else None
+        self.start, self.server = (self.start, self.server) if self.deferred else (None, None)
+        return result
 
     def _local_rounds(self, max_iter, tol, progress):
         """:meth:`rounds` of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`): every client

@@ -93,7 +93,6 @@ class FedGrEMState(NamedTuple):
     central: CentralResult | None = None
     sigma: np.ndarray | None = None
     scale_pooled: np.ndarray | None = None
-    own_scale: np.ndarray | None = None
     pull: np.ndarray | None = None
     warned: bool = False
     lam_memory: tuple = (np.nan, np.nan, 0.0)
@@ -325,7 +324,7 @@ class FedGrEM(GradientStrategy):
         deviation = scale_deviation(state.family, pooled.own_scale, grouped.central.nu.shape[-1], grouped.labels == 0)
         return Broadcast(pooled.params), state._replace(
             lam=pooled.lam, lam_objective=state.schedule(t), central=grouped.central, sigma=pooled.sigma,
-            scale_pooled=pooled.scale_pooled, own_scale=pooled.own_scale, pull=pull, warned=pooled.warned,
+            scale_pooled=pooled.scale_pooled, pull=pull, warned=pooled.warned,
             lam_memory=pooled.memory, grouped=grouped, deviation=deviation)
 
     def _pilot(self, last, scheduled, t):
