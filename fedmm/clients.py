@@ -138,7 +138,7 @@ def local_rounds(strategy, family, data, broadcast, max_iter, tol, mode="batched
             n_iter[active] = len(trace)
             converged[active] = calm
             active = active[~calm & np.isfinite(mean_ll) & np.isfinite(change)]
-    return LocalFit(params, n_iter, converged, family.estep(data, params)[0], np.array(trace).T, np.array(moved).T)
+    return LocalFit(params, n_iter, converged, family.loglik(data, params), np.array(trace).T, np.array(moved).T)
 
 
 def client_change(new, old):
@@ -248,7 +248,7 @@ class LocalClients:
     def loglik_runs(self, runs):
         """:meth:`loglik` for several runs side by side in one query: ``runs``, a list of ``(slot, params)``."""
         self._record("loglik", None, [params for _, params in runs], len(runs))
-        return [_clients(lambda d, p: self.family.estep(d, p)[0], self.data, self.mode, params) for _, params in runs]
+        return [_clients(lambda d, p: self.family.loglik(d, p), self.data, self.mode, params) for _, params in runs]
 
     def local(self, strategy, broadcast, max_iter, tol):
         """Every client runs its own rounds of ``strategy`` (a method that runs on its own) from ``broadcast``:
@@ -342,7 +342,7 @@ class LocalClients:
         """(K,) every client's log-likelihood of its rows in ``fold`` at its row of ``params`` (0 with none)."""
         held = self._fold_rows(self.folds == fold)
         self._record("held_out", np.flatnonzero(held.n_samples), params, 1)
-        return self.family.estep(held, params)[0]
+        return self.family.loglik(held, params)
 
     def _record(self, action, index, down, up, strategy=None):
         """Record query ``action`` to the clients ``index`` (None: all) in :attr:`ledger`: ``down`` and ``up`` are

@@ -245,3 +245,17 @@ def test_params_to_internal_inverts_to_original(covariance_type):
     params = MixtureParams(np.full((2, 3), 1 / 3), rng.randn(2, 3, 11), rng.uniform(0.5, 2.0, (2, 3, 1)))
     for a, b in zip(reg.params_to_internal(reg.to_original(params, units), units), params):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("covariance_type", ["identity", "spherical", "diag", "tied", "full"])
+def test_gaussian_loglik_is_the_e_steps_to_the_last_bit(rng, covariance_type, backend):
+    """The log-likelihood queries leave the squared sums out (issue 60): the same numbers as the E-step's."""
+    _, data, params = _gaussian_setup(rng, covariance_type)
+    family = GaussianFamily(covariance_type, backend=backend)
+    assert np.array_equal(family.loglik(data, params), family.estep(data, params)[0])
+
+
+def test_regression_loglik_is_the_e_steps(rng):
+    family, data, params = _regression_setup(rng, "component", True)
+    assert np.array_equal(family.loglik(data, params), family.estep(data, params)[0])

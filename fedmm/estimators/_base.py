@@ -401,7 +401,7 @@ class _FederatedMixture(BaseEstimator, ABC):
                                    np.broadcast_to(scale, (K,) + scale.shape))
             params = params._replace(weights=fit_weights(self._family, data, params, max_iter=self.max_iter,
                                                          tol=self.tol))
-            loglik = self._family.estep(data, params)[0]
+            loglik = self._family.loglik(data, params)
             if best is None:
                 best = params
             better = loglik > best_loglik

@@ -153,6 +153,11 @@ class Family(ABC):
     def estep(self, data, params):
         """E-step of all clients: ``(loglik (K,), statistics)``."""
 
+    def loglik(self, data, params):
+        """(K,) every client's log-likelihood at its row of ``params``: :meth:`estep`'s, without the sums where the
+        family can leave them out."""
+        return self.estep(data, params)[0]
+
     @abstractmethod
     def log_resp(self, data, params):
         """Per-sample log-likelihood (n,) and log posteriors (n, R)."""

@@ -207,6 +207,10 @@ class GaussianFamily(Family):
                                                      params.scale, self._squares)
         return loglik, GaussianStats(*stats)
 
+    def loglik(self, data, params):
+        # Without the squared sums, the most of an E-step's sums (the same log-likelihoods: none depends on a sum).
+        return self.kernels.gaussian_estep(data.X, data.offsets, params.weights, params.theta, params.scale, "none")[0]
+
     def log_resp(self, data, params):
         return self.kernels.gaussian_log_resp(data.X, data.offsets, params.weights, params.theta, params.scale)
 

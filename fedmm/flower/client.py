@@ -336,7 +336,7 @@ def _local(session, values, request):
 
 def _loglik(session, values, request):
     parts = split_runs(values)
-    return prefixed([(slot, {"loglik": session.family.estep(session.data, unflatten(MixtureParams, parts[slot]))[0]})
+    return prefixed([(slot, {"loglik": session.family.loglik(session.data, unflatten(MixtureParams, parts[slot]))})
                       for slot in json.loads(request["runs"])])
 
 
@@ -354,7 +354,7 @@ def _folds(session, values, request):
 
 
 def _held_out(session, values, request):
-    return {"loglik": session.family.estep(session.fold(int(request["fold"])), unflatten(MixtureParams, values))[0]}
+    return {"loglik": session.family.loglik(session.fold(int(request["fold"])), unflatten(MixtureParams, values))}
 
 
 def _private_round(read, methods):
