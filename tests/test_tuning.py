@@ -59,16 +59,16 @@ def test_a_client_deals_its_folds_from_its_own_seed():
 class _Scores:
     """A family whose held-out log-likelihood of a sample is the candidate's table entry for its client."""
 
-    def estep(self, test, table):
-        return table * test.n_samples, None
+    def loglik(self, test, table):
+        return table * test.n_samples
 
 
 class _Values:
     """A family whose log-likelihood of a sample is its value (whatever the parameters)."""
 
-    def estep(self, test, params):
+    def loglik(self, test, params):
         client = np.repeat(np.arange(test.n_clients), test.n_samples)
-        return np.bincount(client, weights=test.X[:, 0], minlength=test.n_clients), None
+        return np.bincount(client, weights=test.X[:, 0], minlength=test.n_clients)
 
 
 def _choose(per_client, n=10):
