@@ -78,7 +78,8 @@ SCREEN = 6.0
 CANDIDATES, CANDIDATE_STEPS = 10, 20
 
 __all__ = ["INITS", "Start", "make_starts", "with_own_fits", "align_params", "clustered_start",
-           "client_family_starts", "common_start", "local_em_start", "trimmed_pooled_start", "screened_start", "screened_features", "screenable"]
+           "client_family_starts", "common_start", "local_em_start", "trimmed_pooled_start", "screened_start",
+           "screened_features", "screenable"]
 
 
 def client_family_starts(clients, n_components, random_state, which=None):

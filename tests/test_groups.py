@@ -177,7 +177,8 @@ def test_mixtures_of_regressions_get_a_centre_per_group():
 
 
 def test_one_clients_claimed_size_does_not_price_the_centres():
-    """A centre's BIC cost counts K clients of the median size: one client claiming 1e300 samples (a cost 100 times larger, priced by the sum) leaves it."""
+    """A centre's BIC cost counts K clients of the median size: one client claiming 1e300 samples (a cost 100 times
+    larger, priced by the sum) leaves it."""
     from fedmm.methods import FedGrEM
     theta, _ = _clients([4, 4, 4], 0, outliers=1)
     solve = dict(weights=None, metric=None, tol=1e-10, max_iter=1000)
