@@ -66,7 +66,7 @@ from .clients import as_clients
 from .engine import best_of_starts, drive, single_pass
 from .families import MixtureParams
 from .protocol import Broadcast
-from .robust import TRIM, client_seeds, first_best, trusted_sizes
+from .robust import TRIM, best_few, client_seeds, first_best, trusted_sizes
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened")
 #: A feature enters the screened start where its pooled variance exceeds the median feature's by this many
@@ -74,8 +74,10 @@ INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-l
 #: Gaussian noise feature passes with probability 4e-7 at ``n = 100`` and 1e-8 at 1,000 (the chi-square's
 #: right tail is heavier than the normal's), heavier-tailed noise more often.
 SCREEN = 6.0
-#: Candidate starts of the trimmed pooled start, and the concentration steps each gets before the best is kept.
-CANDIDATES, CANDIDATE_STEPS = 10, 20
+#: Candidate starts of the trimmed pooled start, the concentration steps each gets, and how many of the best then
+#: continue side by side to convergence, where the best is kept (FAST-LTS: two C-steps from every start, then the
+#: best ten to convergence; Rousseeuw & Van Driessen 2006, Section 3). docs/research/performance.md measures it.
+CANDIDATES, CANDIDATE_STEPS, FINALISTS = 10, 2, 5
 
 __all__ = ["INITS", "Start", "make_starts", "with_own_fits", "align_params", "clustered_start",
            "client_family_starts", "common_start", "local_em_start", "trimmed_pooled_start", "screened_start",
@@ -126,8 +128,9 @@ def trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, r
     already hold an outlier client's component, so, as FAST-LTS and the trimmed likelihood estimator do,
     the candidates start from random halves. ``max(n_init, CANDIDATES)`` of them run, side by side
     (:func:`fedmm.engine.drive`: one message per round for all), ``CANDIDATE_STEPS`` rounds of
-    :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the one with the highest trimmed log-likelihood per
-    sample continues to convergence, and every client fits its own proportions to the result.
+    :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the ``FINALISTS`` with the highest trimmed log-likelihood
+    per sample continue side by side to convergence, the best of them is kept, and every client fits its own
+    proportions to it.
     """
     return drive(clients, [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state,
                                            trim)])[0]
@@ -146,14 +149,16 @@ def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random
         candidates.append(clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
                           .broadcast(K))
     # Each candidate's last log-likelihoods come with one more round from its last parameters. Its round is the
-    # E-step at the parameters sent, whatever the client's state, so the best one's is its continuation's first.
+    # E-step at the parameters sent, whatever the client's state, so a finalist's is its continuation's first.
     ahead = lambda params: ("step", strategy, Broadcast(params), None)  # noqa: E731
     runs = yield "spawn", [single_pass(strategy, family, clients, start, CANDIDATE_STEPS, tol, ahead)
                            for start in candidates]
-    best, first = runs[first_best([trimmed_loglik(r.loglik, n_k, trim)[1] for r, _ in runs])]
-    # The best one's proportions are refitted in the message that asks its last log-likelihoods.
-    result, weights = yield from single_pass(strategy, family, clients, best.params, max_iter, tol,
-                                             lambda params: ("fit_weights", params, None, max_iter, tol), first)
+    score = lambda run: trimmed_loglik(run[0].loglik, n_k, trim)[1]  # noqa: E731
+    # The finalists' proportions are refitted in the message that asks their last log-likelihoods.
+    refit = lambda params: ("fit_weights", params, None, max_iter, tol)  # noqa: E731
+    finals = yield "spawn", [single_pass(strategy, family, clients, runs[i][0].params, max_iter, tol, refit,
+                                         runs[i][1]) for i in best_few([score(r) for r in runs], FINALISTS)]
+    result, weights = finals[first_best([score(r) for r in finals])]
     return result.params._replace(weights=weights)
 
 

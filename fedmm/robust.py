@@ -9,8 +9,9 @@ import numpy as np
 
 from .reductions import MIN_CLIENTS, column_medians
 
-__all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "client_median", "kept_clients", "client_seeds",
-           "client_fold", "client_folds", "fold_sizes", "trimmed_mean", "paired_differences", "one_standard_error"]
+__all__ = ["TRIM", "SIZE_CAP", "trusted_sizes", "first_best", "best_few", "client_median", "kept_clients",
+           "client_seeds", "client_fold", "client_folds", "fold_sizes", "trimmed_mean", "paired_differences",
+           "one_standard_error"]
 
 #: Fraction of clients left out wherever clients vote (held-out scores, the trimmed pooled start), so
 #: that up to this fraction of outlier clients cannot decide.
@@ -46,6 +47,17 @@ def first_best(scores, axis=0):
     scores = np.asarray(scores, dtype=float)
     top = scores.max(axis=axis, keepdims=True)
     return np.argmax(scores >= top - 1e-9 * (1.0 + np.abs(top)), axis=axis)
+
+
+def best_few(scores, m):
+    """Indices of the ``m`` highest of the 1-d ``scores``, best first, each by :func:`first_best` among those
+    left (ties keep the earlier)."""
+    scores = np.array(scores, dtype=float)
+    chosen = []
+    for _ in range(min(m, scores.size)):
+        chosen.append(int(first_best(scores)))
+        scores[chosen[-1]] = -np.inf
+    return chosen
 
 
 def client_median(values):

@@ -223,6 +223,16 @@ def test_a_fit_reports_its_queries_by_phase():
     assert (queries[phases == "rounds"] == "step").sum() >= gm.n_iter_
 
 
+def test_a_default_fedgrem_fit_asks_at_most_twice_fedems_queries_at_ten_clients():
+    """Issue 60's target on its design (``validation/queries.py``): the trimmed pooled start's candidates take two
+    concentration steps each before its finalists continue (``fedmm.initialization.FINALISTS``); with twenty each
+    this fit asked 30 queries against FedEM's 10."""
+    X, _ = make_federated_gmm(n_clients=10, n_samples=120, outlier_clients=[9], random_state=0)
+    asked = {method: len(FederatedGaussianMixture(5, method=method, random_state=0).fit(X).communication_["query"])
+             for method in ("fedgrem", "fedem")}
+    assert asked["fedgrem"] <= 2 * asked["fedem"]
+
+
 @pytest.mark.parametrize("method", ["local-em", "local-grem", "tgmm"])
 def test_a_local_method_runs_each_client_alone_in_one_query(method):
     """A method whose server only echoes (``Strategy.local``) asks its clients once: each runs its rounds to its

@@ -15,8 +15,8 @@ from fedmm.simulate import make_federated_gmm
 from fedmm.clients import LocalClients
 from fedmm.algorithms.tuning import (PENALTY_CANDIDATES, SURE_GRID, alike_clients, noise_ratios, select_penalty,
                                      sure_grid_risk, sure_penalty, sure_risk)
-from fedmm.robust import (TRIM, client_fold, client_folds, client_median, client_seeds, first_best, fold_sizes,
-                          trimmed_mean)
+from fedmm.robust import (TRIM, best_few, client_fold, client_folds, client_median, client_seeds, first_best,
+                          fold_sizes, trimmed_mean)
 
 CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 
@@ -126,6 +126,11 @@ def test_first_best_keeps_the_earlier_of_ties_up_to_rounding():
     assert first_best([-3.0, -2.9]) == 1
     scores = np.array([[1.0, 2.0], [1.0 + 1e-12, 1.0]])  # (starts, clients)
     np.testing.assert_array_equal(first_best(scores, axis=0), [0, 0])
+
+
+def test_best_few_ranks_the_highest_first_and_keeps_the_earlier_of_ties():
+    assert best_few([-3.0, -1.0, -3.0 + 1e-13, -2.0], 3) == [1, 3, 0]
+    assert best_few([0.5, 0.2], 5) == [0, 1]
 
 
 @settings(max_examples=50, deadline=None)
