@@ -176,13 +176,27 @@ def with_own_fits(strategy, clients, result, start, n_parameters):
     names given their own fit from ``start`` (a :class:`Start` with ``own_loglik``; else ``result`` as it is), its
     components relabelled to match the estimate it replaces (:func:`fedmm.alignment.match_each`): component ``r``
     means the same on every client."""
-    keep = None if start.own_loglik is None else \
-        strategy.own_fits(result, start, clients.n_samples, n_parameters)
+    if start.own_loglik is None:
+        return result
+    keep = strategy.own_fits(result, start, clients.n_samples, n_parameters,
+                             lambda which: drive(clients, [_loglik(_located(result.params, start.params, which))])[0])
     if keep is None or not keep.any():
         return result
-    own = start.params.permute(match_each(result.params.theta, start.params.theta))
+    own = _relabelled(start.params, result.params)
     return result._replace(params=own.where(keep, result.params), own_fit=np.flatnonzero(keep),
                            loglik=np.where(keep, start.own_loglik, result.loglik))
+
+
+def _relabelled(own, params):
+    """Each client's own fit ``own`` labelled to match its estimate ``params`` (:func:`fedmm.alignment.match_each`)."""
+    return own.permute(match_each(params.theta, own.theta))
+
+
+def _located(params, own, which):
+    """``params`` with the own fit's locations (means or coefficients) for the clients ``which`` (indices)."""
+    theta = params.theta.copy()
+    theta[which] = _relabelled(own.take(which), params.take(which)).theta
+    return params._replace(theta=theta)
 
 
 def align_params(params, method, random_state):

@@ -255,12 +255,14 @@ def _far_error(means, theta):
     return np.linalg.norm(means[best_permutation(means, theta)] - theta, axis=-1).mean()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_client_far_from_every_group_keeps_its_own_fit_and_the_others_the_federations(seed):
+@pytest.mark.parametrize("seed, shift", [(0, 6.0), (1, 6.0), (3, 3.0), (6, 3.0)])
+def test_a_client_far_from_every_group_keeps_its_own_fit_and_the_others_the_federations(seed, shift):
     """Per client, not on average: the far client's components near other components of the centre pooled there
-    (its error 1.6 and 3.1 against its local EM's 0.32 and 0.35); its rows reject that estimate, so it keeps its
-    own fit, and no other client does."""
-    X, theta = _far_client_federation(seed)
+    (its error 1.6 and 3.1 against its local EM's 0.32 and 0.35 at shift 6); its rows reject that estimate, so it
+    keeps its own fit, and no other client does. At shift 3 the statistic over all parameters stays below its
+    critical value (the error 0.63 and 0.82 against 0.35 and 0.34 with that test alone); the test of the means
+    alone, one query more, rejects the estimate."""
+    X, theta = _far_client_federation(seed, shift)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gm = FederatedGaussianMixture(3, covariance_type="spherical", random_state=seed).fit(X)
@@ -271,12 +273,31 @@ def test_a_client_far_from_every_group_keeps_its_own_fit_and_the_others_the_fede
 
 
 def test_rows_reject_an_estimate_beyond_the_chi_square_level_and_never_for_a_collapsed_own_fit():
-    """The likelihood-ratio test of :func:`rejects_estimate`: ``2 (l_own - l)`` above the chi-square's ``1 - level``
-    quantile with the mixture's parameters as degrees of freedom rejects, below it keeps; an own fit with a
-    component on fewer rows than one component's parameters never counts (its likelihood has no bound)."""
+    """The two likelihood-ratio tests of :func:`rejects_estimate`, each at the level: ``2 (l_own - l)`` above the
+    chi-square's quantile with the mixture's parameters as degrees of freedom rejects; below it, the locations'
+    statistic ``2 (l_loc - l)``, asked in one query only of the clients whose whole statistic exceeds the locations'
+    critical value, against the chi-square with ``R p``; an own fit with a component on fewer rows than one
+    component's parameters never counts (its likelihood has no bound)."""
     from scipy.stats import chi2
     from fedmm.algorithms.outliers import OWN_LEVEL, rejects_estimate
-    q, sizes = 20, np.array([[30.0, 30.0, 40.0], [30.0, 30.0, 40.0], [30.0, 69.0, 1.0]])
-    critical = chi2.isf(OWN_LEVEL, q) / 2.0
-    own = np.array([critical + 0.1, critical - 0.1, 1000.0])
-    np.testing.assert_array_equal(rejects_estimate(np.zeros(3), own, sizes, q), [True, False, False])
+    from fedmm.families import MixtureParams
+    from fedmm.initialization import Start
+    K, R, p, q = 5, 3, 2, 20
+    params = MixtureParams(np.full((K, R), 1.0 / R), np.zeros((K, R, p)), np.ones((K, R)))
+    weights = np.array([[0.3, 0.3, 0.4]] * 3 + [[0.3, 0.69, 0.01], [0.3, 0.3, 0.4]])
+    whole, located = chi2.isf(OWN_LEVEL, q) / 2.0, chi2.isf(OWN_LEVEL, R * p) / 2.0
+    own = Start(params._replace(weights=weights), None, np.array([whole + 0.1, whole - 0.1, whole - 0.1, 1e3, 1.0]))
+    asked = []
+
+    def located_loglik(which):
+        asked.append(list(which))
+        return np.array([0.0, located + 0.1, located - 0.1, 0.0, 0.0])
+
+    n_k = np.full(K, 100.0)
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, located_loglik),
+                                  [True, True, False, False, False])
+    assert asked == [[1, 2]]
+    among = np.array([True, False, True, True, True])
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, located_loglik, among),
+                                  [True, False, False, False, False])
+    assert asked[-1] == [2]

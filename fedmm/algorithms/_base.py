@@ -326,10 +326,11 @@ class Strategy(BaseEstimator, ABC):
         """(K,) bool: the clients that keep the restarted pass ``trial`` rather than ``before``."""
         return np.ones(len(before.loglik), dtype=bool)
 
-    def own_fits(self, result, own, n_k, n_parameters):
+    def own_fits(self, result, own, n_k, n_parameters, located_loglik):
         """(K,) bool: the clients whose own fit ``own`` (a :class:`fedmm.initialization.Start` of EM on each
         client's rows alone, with their log-likelihoods) replaces their estimate of the run ``result``, or None
-        (none: the default)."""
+        (none: the default). ``located_loglik(which)``: the clients' log-likelihoods (K,) at their estimate with
+        the own fit's locations (means or coefficients) for the clients ``which``, one query."""
         return None
 
     def may_keep_moving(self, diagnostics, params, n_k):

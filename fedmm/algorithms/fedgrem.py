@@ -518,15 +518,14 @@ class FedGrEM(GradientStrategy):
         fresh = ~diagnostics.pooled.all(axis=1)
         return fresh if attempt <= self.center_restarts and fresh.any() else None
 
-    def own_fits(self, result, own, n_k, n_parameters):
+    def own_fits(self, result, own, n_k, n_parameters, located_loglik):
         """Suspected outliers (:func:`outlier_scores` above 1) whose rows reject FedGrEM's estimate for their own
         fit (:func:`rejects_estimate`): a client far from every group, whose components pooled onto others' as a
         poor optimum its EM does not leave (``docs/research/every-client.md``). Both the others' estimates and
         its rows must say so: a small client's own fit overfits beyond the chi-square's reach. Only that
         client's estimate changes: a party that lies moves no one else."""
         suspect = self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0
-        return suspect & rejects_estimate(result.loglik, own.own_loglik, n_k[:, None] * own.params.weights,
-                                          n_parameters)
+        return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
 
     def may_keep_moving(self, diagnostics, params, n_k):
         """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of their components pooled,
