@@ -7,6 +7,7 @@ data at a time (or, batched, several clients' side by side, each computed on alo
 """
 
 import contextlib
+import copy
 from typing import NamedTuple
 
 import numpy as np
@@ -15,6 +16,7 @@ from .algorithms._base import em_update
 from .algorithms.local import echo
 from .families import MixtureParams
 from .families._base import one_hot
+from .reductions import largest_changes
 from .protocol import Broadcast, Ledger, Transport, calls, n_floats, put, stack, take
 from .robust import client_fold
 from .units import pooled_moments
@@ -143,7 +145,7 @@ def local_rounds(strategy, family, data, broadcast, max_iter, tol, mode="batched
 
 def client_change(new, old):
     """(K,) each client's largest change of a weight or parameter coordinate between ``old`` and ``new``."""
-    return np.maximum(np.abs(new.theta - old.theta).max(axis=(1, 2)), np.abs(new.weights - old.weights).max(axis=1))
+    return np.maximum(largest_changes(new.theta, old.theta), np.abs(new.weights - old.weights).max(axis=1))
 
 
 def _clients(fn, data, mode, *trees):
@@ -180,6 +182,7 @@ class LocalClients:
         self.family, self.data, self.mode = family, data, mode
         self.states = {}   # each run's client states, by slot (fedmm.engine.drive)
         self.folds = None
+        self._scale = (None, None)   # the data the data scale is of, and it
         # What each query would send across parties (fedmm.flower's queries, one to one): the fit's communication_.
         self.ledger = Ledger(data.n_clients) if ledger is None else ledger
 
@@ -194,8 +197,11 @@ class LocalClients:
 
     @property
     def data_scale(self):
-        """The largest absolute value in any client's data (features or response): the divergence check's unit."""
-        return data_scale(self.data.X, self.data.y)
+        """The largest absolute value in any client's data (features or response): the divergence check's unit.
+        Once per data: every pass of a fit asks it (two passes over 400 MB of rows at 10^5 clients)."""
+        if self._scale[0] is not self.data:
+            self._scale = (self.data, data_scale(self.data.X, self.data.y))
+        return self._scale[1]
 
     def start(self, strategy, params):
         """Every client takes its state from the start ``params`` (``strategy.client_start``)."""
@@ -247,8 +253,13 @@ class LocalClients:
 
     def loglik_runs(self, runs):
         """:meth:`loglik` for several runs side by side in one query: ``runs``, a list of ``(slot, params)``."""
+        return self._loglik_asked(runs)()
+
+    def _loglik_asked(self, runs):
+        """Record the query :meth:`loglik_runs`; its answers when called (:meth:`together` calls it last)."""
         self._record("loglik", None, [params for _, params in runs], len(runs))
-        return [_clients(lambda d, p: self.family.loglik(d, p), self.data, self.mode, params) for _, params in runs]
+        return lambda: [_clients(lambda d, p: self.family.loglik(d, p), self.data, self.mode, params)
+                        for _, params in runs]
 
     def local(self, strategy, broadcast, max_iter, tol):
         """Every client runs its own rounds of ``strategy`` (a method that runs on its own) from ``broadcast``:
@@ -270,10 +281,18 @@ class LocalClients:
         """Queries of several kinds in one message (:func:`fedmm.engine.drive`): ``batch``, ``{kind: [arguments]}``
         with kinds among ``start``, ``step``, ``loglik``, ``local`` (the arguments of their ``_runs`` calls),
         ``fit_weights`` and ``family_starts`` (one call's each); ``{kind: [answers]}``, recorded as one query
-        (:meth:`Ledger.joined`)."""
-        with self.ledger.joined():
-            return {kind: getattr(self, f"{kind}_runs")(asks) if kind in ("start", "step", "loglik", "local")
-                    else [getattr(self, kind)(*ask) for ask in asks] for kind, asks in batch.items()}
+        (:meth:`Ledger.joined`). Log-likelihoods are computed last, where the message's rounds or refits took an
+        E-step at their parameters from it (:func:`_remembering`)."""
+        family = self.family
+        self.family = _remembering(family, self.data, [params for _, params in batch.get("loglik", [])])
+        try:
+            with self.ledger.joined():
+                answers = {kind: self._loglik_asked(asks) if kind == "loglik"
+                           else getattr(self, f"{kind}_runs")(asks) if kind in ("start", "step", "local")
+                           else [getattr(self, kind)(*ask) for ask in asks] for kind, asks in batch.items()}
+            return {kind: answer() if kind == "loglik" else answer for kind, answer in answers.items()}
+        finally:
+            self.family = family
 
     def moments(self):
         """The pooled moments of the clients' data (:func:`fedmm.units.pooled_moments`): sums the server adds."""
@@ -369,6 +388,35 @@ class LocalClients:
         return self.data.take_rows(np.flatnonzero(mask), np.bincount(client[mask], minlength=self.n_clients))
 
 
+def _remembering(family, data, asked):
+    """A copy of ``family`` whose E-steps on ``data`` at parameters in ``asked`` (the log-likelihood queries of one
+    message, :meth:`LocalClients.together`) keep their log-likelihoods, and whose log-likelihoods there are those
+    (the same numbers, from the same kernel pass): the pooled start's candidates and finalists are asked theirs
+    with a round or a refit from the same parameters, one E-step over all rows where two were taken."""
+    if not asked:
+        return family
+    known = []
+    at = lambda d, params: d is data and any(all(a is b for a, b in zip(params, p)) for p in asked)  # noqa: E731
+
+    def remembered(method):    # an E-step: its log-likelihoods first
+        def call(d, params):
+            out = method(d, params)
+            if at(d, params):
+                known.append((params, out[0]))
+            return out
+        return call
+
+    def loglik(d, params):
+        same = [ll for p, ll in known if d is data and all(a is b for a, b in zip(params, p))]
+        return same[0].copy() if same else family.loglik(d, params)
+
+    remembering = copy.copy(family)   # a copy, not a wrapper: client code asks isinstance of families
+    remembering.estep = remembered(family.estep)
+    remembering.responsibility_sums = remembered(family.responsibility_sums)
+    remembering.loglik = loglik
+    return remembering
+
+
 def _method(strategy):
     """The name a ledger gives the method whose start or round a query is."""
     return "" if strategy is None else strategy.name or type(strategy).__name__
@@ -436,19 +484,29 @@ def fit_weights(family, data, params, clients=None, max_iter=100, tol=1e-3):
     depend on the others'). Used to personalize a new client, and to give a
     client restarted from the consensus proportions that fit its data.
     """
-    n_k = data.n_samples
-    active = np.ones(data.n_clients, dtype=bool) if clients is None else np.array(clients, dtype=bool)
-    previous = None
-    for _ in range(max_iter):
-        if not active.any():
+    n_k, K = data.n_samples, data.n_clients
+    active = np.ones(K, dtype=bool) if clients is None else np.array(clients, dtype=bool)
+    weights, previous = params.weights, np.full(K, np.nan)
+    for t in range(max_iter):
+        index = np.flatnonzero(active)
+        if not index.size:
             break
-        loglik, stats = family.estep(data, params)
-        params = params._replace(weights=np.where(active[:, None], stats.N / n_k[:, None], params.weights))
-        mean_ll = loglik / n_k
-        if previous is not None:
-            active &= np.abs(mean_ll - previous) >= tol
-        previous = mean_ll
-    return params.weights
+        loglik, N = _sums_of(family, data, params._replace(weights=weights), index)
+        weights = weights.copy()
+        weights[index] = N / n_k[index, None]
+        mean_ll = loglik / n_k[index]
+        if t:
+            active[index] = np.abs(mean_ll - previous[index]) >= tol
+        previous[index] = mean_ll
+    return weights
+
+
+def _sums_of(family, data, params, index):
+    """The log-likelihoods and responsibility sums of the clients ``index`` (positions) alone, each on its own rows
+    (the numbers it gives among all the clients): a refit that a few clients still run costs their rows only."""
+    if index.size == data.n_clients:
+        return family.responsibility_sums(data, params)
+    return family.responsibility_sums(data.clients(index), params.take(index))
 
 
 def data_scale(X, y=None):

@@ -578,8 +578,8 @@ def divergence_bound(data_scale):
 
 def _check_finite(strategy, params, loglik, t, bound):
     # Every round, so first one cheap pass per array: a sum is finite only if every term is (an overflow of
-    # finite terms only sends it to the client-by-client check).
-    if all(np.isfinite(a.sum()) for a in (*params, loglik)) and np.abs(params.theta).max() <= bound:
+    # finite terms only sends it to the client-by-client check); the largest |theta| without np.abs's copy.
+    if all(np.isfinite(a.sum()) for a in (*params, loglik)) and max(params.theta.max(), -params.theta.min()) <= bound:
         return
     bad = ~(params.is_finite() & np.isfinite(loglik))
     huge = np.abs(params.theta).reshape(len(loglik), -1).max(axis=1) > bound

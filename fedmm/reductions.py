@@ -10,6 +10,8 @@ numbers.
   selection among those values alone finds the median; the same values as numpy's selection, so the same numbers.
 - :func:`largest_magnitudes`: ``np.abs(a).max(axis=2)`` of a (K, R, p) array, without the temporary: numpy's
   reductions over a short last axis cost several times a pass (7% of a FedGrEM fit at ``K = 10^5``).
+- :func:`largest_changes`: ``np.abs(a - b).max(axis=(1, 2))``, every client's largest parameter change a round,
+  without the two (K, R, p) temporaries.
 """
 
 import numpy as np
@@ -142,4 +144,21 @@ def largest_magnitudes(a):
                 if v > largest or np.isnan(v):    # once NaN, nothing is larger
                     largest = v
             out[k, r] = largest
+    return out
+
+
+@njit(cache=True)
+def largest_changes(a, b):
+    """``np.abs(a - b).max(axis=(1, 2))`` of ``a``, ``b`` (K, R, p), NaN where a client's holds one: the same
+    numbers, in one pass."""
+    K, R, p = a.shape
+    out = np.empty(K)
+    for k in range(K):
+        largest = abs(a[k, 0, 0] - b[k, 0, 0])
+        for r in range(R):
+            for j in range(p):
+                v = abs(a[k, r, j] - b[k, r, j])
+                if v > largest or np.isnan(v):    # once NaN, nothing is larger
+                    largest = v
+        out[k] = largest
     return out

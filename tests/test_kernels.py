@@ -73,6 +73,24 @@ def test_batched_estep_equals_per_client_estep(rng):
             np.testing.assert_allclose(a[k], b[0], rtol=1e-12, atol=1e-12)
 
 
+def test_variances_broadcast_from_one_row_give_the_numbers_of_their_copies(rng):
+    """The compiled E-step factors variances broadcast from one client's row (the pooled start's) once: the numbers
+    of the same variances copied to every client, for each covariance layout."""
+    compiled = get_kernels("numba")
+    data, weights, means, _ = _random_problem(rng, K=5, R=3, d=3)
+    A = rng.randn(3, 3, 3)
+    for row in (rng.uniform(0.5, 2.0, (1, 3, 1)), rng.uniform(0.5, 2.0, (1, 3, 3)),
+                (A @ np.swapaxes(A, 1, 2) + np.eye(3)).reshape(1, 3, 9)):
+        shared = np.broadcast_to(row, (5,) + row.shape[1:])
+        for squares in ("none", "coordinates", "outer"):
+            one, copies = (compiled.gaussian_estep(data.X, data.offsets, weights, means, v, squares)
+                           for v in (shared, shared.copy()))
+            assert all(a is b or np.array_equal(a, b) for a, b in zip(one, copies))
+        for a, b in zip(*(compiled.gaussian_log_resp(data.X, data.offsets, weights, means, v)
+                          for v in (shared, shared.copy()))):
+            assert np.array_equal(a, b)
+
+
 def test_stats_from_hard_labels_are_group_sums(rng):
     data, *_ = _random_problem(rng, K=2, R=3)
     labels = rng.randint(3, size=len(data.X))

@@ -17,12 +17,13 @@ from sklearn.base import clone
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.methods import METHODS
 from fedmm.data import FederatedData
-from fedmm.clients import LocalClients, as_clients
+from fedmm.algorithms import FedEM
+from fedmm.clients import LocalClients, as_clients, fit_weights
 from fedmm.engine import run
 from fedmm.families import GaussianFamily, MixtureParams, RegressionFamily
 from fedmm.initialization import client_family_starts
 from fedmm.metrics import estimation_errors
-from fedmm.protocol import ClientMessage
+from fedmm.protocol import Broadcast, ClientMessage
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 
 CENTERS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
@@ -335,3 +336,33 @@ def test_a_deferred_pass_settles_where_the_rounds_leave_no_room_for_its_restart(
     deferred = clone(short).fit(X)
     assert deferred.n_iter_ == full.n_iter_ == deferred_rounds + 1
     np.testing.assert_array_equal(deferred.means_, full.means_)
+
+
+def test_a_message_answers_its_log_likelihoods_from_the_e_steps_of_its_round_and_refit():
+    """Issue 60: log-likelihoods asked in one message with a round or a proportions refit at the same parameters
+    come from their E-steps, the numbers of the queries asked one by one with one kernel pass fewer; a refit that
+    a few clients run takes E-steps of their rows only."""
+    family, data, start = _problem("gmm", [60, 90, 40, 75])
+    family = GaussianFamily("diag", backend="numba")
+    strategy, kernels = FedEM(), family.kernels
+    alone, joined = LocalClients(family, data), LocalClients(family, data)
+    batch = {"loglik": [(0, start)], "step": [(0, strategy, Broadcast(start), None, None)],
+             "fit_weights": [(start,)]}
+    with mock.patch.object(kernels, "gaussian_estep", wraps=kernels.gaussian_estep) as estep:
+        alone.start(strategy, start)
+        expected = {"loglik": [alone.loglik(start)], "step": [alone.step(strategy, Broadcast(start))],
+                    "fit_weights": [alone.fit_weights(start)]}
+        passes, _ = estep.call_count, joined.start(strategy, start)
+        answers = joined.together(batch)
+    assert estep.call_count - passes == passes - 1
+    assert np.array_equal(answers["loglik"][0], expected["loglik"][0])
+    assert np.array_equal(answers["fit_weights"][0], expected["fit_weights"][0])
+    for got, want in zip(answers["step"][0][0], expected["step"][0][0]):
+        assert np.array_equal(got, want)
+    assert joined.ledger.summary()["query"][-1] == "loglik+step+fit_weights"
+    few = np.array([False, True, False, True])
+    with mock.patch.object(kernels, "gaussian_estep", wraps=kernels.gaussian_estep) as estep:
+        weights = fit_weights(family, data, start, few)
+    assert max(len(call.args[0]) for call in estep.call_args_list) == data.n_samples[few].sum()
+    assert np.array_equal(weights[~few], start.weights[~few])
+    assert np.array_equal(weights[few], fit_weights(family, data.clients(np.flatnonzero(few)), start.take(few)))

@@ -269,6 +269,19 @@ def test_largest_magnitudes_is_numpys():
     assert np.array_equal(largest_magnitudes(a[:, :, :1]), np.abs(a[:, :, :1]).max(axis=2), equal_nan=True)
 
 
+def test_largest_changes_are_numpys():
+    """The compiled ``np.abs(a - b).max(axis=(1, 2))`` of every round's parameter change (:func:`client_change`):
+    numpy's numbers, NaN, infinities and broadcast rows included."""
+    from fedmm.reductions import largest_changes
+    rng = np.random.RandomState(0)
+    a, b = rng.standard_normal((2, 60, 5, 10))
+    a[3, 2, 4] = b[7, 0, 0] = np.nan
+    a[9, 0, 9], b[9, 1, 1], a[10, 3, 2] = -np.inf, np.inf, np.inf
+    a[11, 4, 9], b[11, 4, 9] = np.inf, np.inf           # inf - inf: NaN
+    for x, y in [(a, b), (a[:, :1, :1], b[:, :1, :1]), (np.broadcast_to(a[:1], a.shape), b)]:
+        assert np.array_equal(largest_changes(x, y), np.abs(x - y).max(axis=(1, 2)), equal_nan=True)
+
+
 def test_sure_penalty_leaves_empty_components_out_quietly():
     """Per-component sizes are 0 for an empty component; SURE leaves it out (N < 1) without a division
     warning, and its choice is the one without that block."""

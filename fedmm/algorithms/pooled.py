@@ -141,12 +141,14 @@ class TrimmedPooledEM(_Pooled):
         keep, _ = trimmed_loglik(messages.loglik, messages.n, self.trim)
         trust = trusted_sizes(messages.n) / messages.n
         stats = take(messages.stats, keep)
-        stats = pool_stats(type(stats)(*(None if f is None else f * trust[keep].reshape((-1,) + (1,) * (f.ndim - 1))
-                                         for f in stats)))
+        if (trust != 1.0).any():   # all 1 (every size trusted): the product would change nothing but copy
+            stats = type(stats)(*(None if f is None else f * trust[keep].reshape((-1,) + (1,) * (f.ndim - 1))
+                                  for f in stats))
+        stats = pool_stats(stats)
         shared = em_update(state.family, stats, stats.N.sum(axis=1))
         params = shared.broadcast(len(messages.n))._replace(weights=messages.weights)
-        apart = trust < 1.0                                   # counted by fewer samples than claimed
-        apart[np.setdiff1d(np.arange(len(apart)), keep)] = True   # or trimmed
+        apart = np.ones(len(trust), dtype=bool)               # trimmed,
+        apart[keep] = trust[keep] < 1.0                       # or counted by fewer samples than claimed
         return Broadcast(params), state._replace(params=shared, apart=apart)
 
     def diagnostics(self, state):

@@ -158,6 +158,13 @@ class Family(ABC):
         family can leave them out."""
         return self.estep(data, params)[0]
 
+    def responsibility_sums(self, data, params):
+        """``(loglik (K,), N (K, R))``: :meth:`estep`'s log-likelihoods and responsibility sums alone, all that a
+        refit of the proportions needs (:func:`fedmm.clients.fit_weights`), without the other sums where the family
+        can leave them out."""
+        loglik, stats = self.estep(data, params)
+        return loglik, stats.N
+
     @abstractmethod
     def log_resp(self, data, params):
         """Per-sample log-likelihood (n,) and log posteriors (n, R)."""

@@ -117,17 +117,25 @@ SPHERICAL, DIAGONAL, FULL = 0, 1, 2
 def _gaussian_constants(weights, means, variances):
     """Per client and component: ``log w - (d log 2 pi + log det Sigma) / 2``, the precisions and their
     layout: (K, R, 1) or (K, R, d) inverse variances, or (K, R, d * d) the upper-triangular ``P`` with
-    ``Sigma^{-1} = P P^T`` (:func:`precision_cholesky`)."""
+    ``Sigma^{-1} = P P^T`` (:func:`precision_cholesky`). Variances that are one row broadcast to every client
+    (the pooled start's, :meth:`fedmm.families.MixtureParams.broadcast`) are factored once, not ``K`` times."""
     K, R, d = means.shape
     with np.errstate(divide="ignore"):
         log_w = np.log(weights)
+    shared = K > 1 and variances.strides[0] == 0
+    log_det, precision, layout = _precisions(variances[:1] if shared else variances, d)
+    precision = np.broadcast_to(precision, (K,) + precision.shape[1:]) if shared else precision
+    return log_w - 0.5 * (d * LOG_2PI + log_det), np.ascontiguousarray(precision), layout
+
+
+def _precisions(variances, d):
+    """``(log det Sigma, precisions, layout)`` of variances (K, R, s) (:func:`_gaussian_constants`)."""
+    K, R = variances.shape[:2]
     if is_full(variances, d):
         P = precision_cholesky(variances.reshape(K, R, d, d))
-        log_det = -2.0 * np.log(np.diagonal(P, axis1=-2, axis2=-1)).sum(axis=-1)
-        return log_w - 0.5 * (d * LOG_2PI + log_det), np.ascontiguousarray(P.reshape(K, R, d * d)), FULL
-    precision = np.ascontiguousarray(1.0 / variances, dtype=np.float64)
+        return -2.0 * np.log(np.diagonal(P, axis1=-2, axis2=-1)).sum(axis=-1), P.reshape(K, R, d * d), FULL
     log_det = np.einsum("krs->kr", np.log(variances)) * (d / variances.shape[-1])  # einsum: a short axis
-    return log_w - 0.5 * (d * LOG_2PI + log_det), precision, DIAGONAL if variances.shape[-1] > 1 else SPHERICAL
+    return log_det, np.asarray(1.0 / variances, dtype=np.float64), DIAGONAL if variances.shape[-1] > 1 else SPHERICAL
 
 
 @njit(cache=True, inline="always", fastmath=FAST)
