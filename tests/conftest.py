@@ -22,6 +22,14 @@ def rng():
 COPIES = pytest.mark.parametrize("parallel", [False, pytest.param(True, marks=pytest.mark.parallel_copies)])
 
 
+@pytest.fixture(autouse=True)
+def serial_kernels(request, monkeypatch):
+    """Outside CI's own step every test runs the kernels' serial copies, whatever its size: a parallel copy
+    takes 3-15 s to compile for each signature, which a fresh clone's default run would pay in full."""
+    if request.node.get_closest_marker("parallel_copies") is None:
+        monkeypatch.setattr("fedmm.threads.MIN_PARALLEL_WORK", sys.maxsize)
+
+
 @contextmanager
 def kernel_copies(parallel):
     """Run every compiled kernel on its parallel copy whatever the size and however busy the machine

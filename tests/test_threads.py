@@ -44,6 +44,7 @@ def test_a_default_fit_on_small_data_starts_no_thread():
 
 
 @needs_two
+@pytest.mark.parallel_copies
 def test_large_work_runs_in_parallel_unless_capped_or_the_cores_are_busy(monkeypatch):
     estep = _big_estep()
     monkeypatch.setattr(threads, "_idle_cores", lambda: 64)

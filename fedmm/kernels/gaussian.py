@@ -125,7 +125,8 @@ def _gaussian_constants(weights, means, variances):
     shared = K > 1 and variances.strides[0] == 0
     log_det, precision, layout = _precisions(variances[:1] if shared else variances, d)
     precision = np.broadcast_to(precision, (K,) + precision.shape[1:]) if shared else precision
-    return log_w - 0.5 * (d * LOG_2PI + log_det), np.ascontiguousarray(precision), layout
+    # C order whatever the layout of log_det: a compiled pass takes one signature per layout, each a compile.
+    return np.ascontiguousarray(log_w - 0.5 * (d * LOG_2PI + log_det)), np.ascontiguousarray(precision), layout
 
 
 def _precisions(variances, d):
