@@ -28,7 +28,7 @@ from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrateg
 # FedGrEM's parts, each in a module of its own; their names stay importable from here.
 from .new_client import shrunk_client
 from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
-                       scale_deviation, variance_information, variance_scores)
+                       scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
 from .variances import noise_scale, pool_variances, robust_scale
 
@@ -524,7 +524,8 @@ class FedGrEM(GradientStrategy):
         poor optimum its EM does not leave (``docs/research/every-client.md``). Both the others' estimates and
         its rows must say so: a small client's own fit overfits beyond the chi-square's reach. Only that
         client's estimate changes: a party that lies moves no one else."""
-        suspect = self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0
+        suspect = (self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0) | \
+            sole_holders(n_k[:, None] * result.params.weights)
         return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
 
     def may_keep_moving(self, diagnostics, params, n_k):

@@ -110,6 +110,17 @@ def variance_information(N):
         return np.where(nu > 0, 2.0 / polygamma(1, nu / 2.0), 0.0)
 
 
+def sole_holders(N):
+    """(K,) bool: the clients that share no component with the others: of every component they hold a row of (``N_kr``
+    of ``N`` (K, R) at least 1) they hold most of the rows (above half of ``sum_j N_jr``). Those components' centres
+    are their own estimates, so a distance to them (:func:`outlier_scores`) cannot tell them from the others: a
+    client far from the rest whose rows the fit gave components of their own, the others' rows the rest (three
+    clients of iris, one shifted 3 sds: the shifted client's rows all in one cluster, ARI 0 against its own EM's
+    0.5-0.85; ``docs/research/every-client.md``). A client that shares a component (an island of penguins, whose
+    Adelie penguins the other islands have too) is not one."""
+    return ((N > 0.5 * N.sum(axis=0)) | (N < 1.0)).all(axis=1) & (N >= 1.0).any(axis=1)
+
+
 def rejects_estimate(params, loglik, own, n_k, n_parameters, located_loglik, among=None, level=OWN_LEVEL):
     """(K,) bool: the clients (of ``among``, a (K,) bool; all by default) whose rows reject their estimate
     ``params`` (log-likelihoods ``loglik``) for their own fit ``own`` (a :class:`fedmm.initialization.Start` with
