@@ -276,8 +276,8 @@ def test_a_client_far_from_every_group_keeps_its_own_fit_and_the_others_the_fede
 def test_a_far_client_the_fit_gave_a_component_of_its_own_keeps_its_own_fit(seed):
     """Three clients of iris (standardized), the third moved 3 sds in every feature: the fit gave the third
     client's rows one component of their own and the others' rows the other two, so its distance to the centre
-    is 0 and it is not suspected; every row of it fell in one cluster (ARI 0, its own EM 0.52 and 0.85). It holds
-    most of a component's rows (:func:`sole_holders`), so its rows test the estimate, reject it, and it keeps its
+    is 0 and it is not suspected; every row of it fell in one cluster (ARI 0, its own EM 0.52 and 0.85). It shares
+    no component with the others (:func:`sole_holders`), so its rows test the estimate, reject it, and it keeps its
     own fit."""
     from sklearn.datasets import load_iris
     from sklearn.preprocessing import StandardScaler

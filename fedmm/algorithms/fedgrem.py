@@ -519,11 +519,11 @@ class FedGrEM(GradientStrategy):
         return fresh if attempt <= self.center_restarts and fresh.any() else None
 
     def own_fits(self, result, own, n_k, n_parameters, located_loglik):
-        """Suspected outliers (:func:`outlier_scores` above 1) whose rows reject FedGrEM's estimate for their own
-        fit (:func:`rejects_estimate`): a client far from every group, whose components pooled onto others' as a
-        poor optimum its EM does not leave (``docs/research/every-client.md``). Both the others' estimates and
-        its rows must say so: a small client's own fit overfits beyond the chi-square's reach. Only that
-        client's estimate changes: a party that lies moves no one else."""
+        """Suspected outliers (:func:`outlier_scores` above 1) and clients sharing no component (:func:`sole_holders`)
+        whose rows reject FedGrEM's estimate for their own fit (:func:`rejects_estimate`): a far client whose
+        components pooled onto others' (a poor optimum its EM does not leave) or got components of their own
+        (``docs/research/every-client.md``). Not every client is tested: a small client's own fit overfits beyond the
+        chi-square's reach. Only that client's estimate changes: a party that lies moves no one else."""
         suspect = (self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0) | \
             sole_holders(n_k[:, None] * result.params.weights)
         return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
