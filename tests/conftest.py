@@ -25,8 +25,9 @@ COPIES = pytest.mark.parametrize("parallel", [False, pytest.param(True, marks=py
 @pytest.fixture(autouse=True)
 def serial_kernels(request, monkeypatch):
     """Outside CI's own step every test runs the kernels' serial copies, whatever its size: a parallel copy
-    takes 3-15 s to compile for each signature, which a fresh clone's default run would pay in full."""
-    if request.node.get_closest_marker("parallel_copies") is None:
+    takes 3-15 s to compile for each signature, which a fresh clone's default run would pay in full. Tests of
+    the threshold itself (``own_threshold``) keep fedmm's."""
+    if not any(request.node.get_closest_marker(m) for m in ("parallel_copies", "own_threshold")):
         monkeypatch.setattr("fedmm.threads.MIN_PARALLEL_WORK", sys.maxsize)
 
 

@@ -15,6 +15,9 @@ from fedmm.kernels import get_kernels
 from fedmm.simulate import make_federated_gmm, make_federated_mor
 from fedmm.studies import cluster
 
+#: Every test here runs at fedmm's own threshold of work for threads, the subject of most of them (conftest.py).
+pytestmark = pytest.mark.own_threshold
+
 needs_two = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="Numba has one thread here")
 
 
