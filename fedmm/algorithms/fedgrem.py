@@ -525,7 +525,7 @@ class FedGrEM(GradientStrategy):
         (``docs/research/every-client.md``). Not every client is tested: a small client's own fit overfits beyond the
         chi-square's reach. Only that client's estimate changes: a party that lies moves no one else."""
         suspect = (self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0) | \
-            sole_holders(n_k[:, None] * result.params.weights)
+            sole_holders(trusted_sizes(n_k)[:, None] * result.params.weights)   # a size is a claim
         return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
 
     def may_keep_moving(self, diagnostics, params, n_k):
