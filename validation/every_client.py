@@ -10,7 +10,9 @@ R^5 with 100 rows each (the regressions: R = 2 in R^3, 200 rows), every client's
 - ``4 x 3``: four groups of 3, each group's components 2 from a common base;
 - ``regressions``: two groups of 6, every coefficient vector 2 apart;
 - ``far``: 9 clients of the base and a tenth whose three means are all 6 from it (1-2 of its components used
-  to pool onto other components of the centre: :meth:`fedmm.algorithms.fedgrem.FedGrEM.own_fits`).
+  to pool onto other components of the centre: :meth:`fedmm.algorithms.fedgrem.FedGrEM.own_fits`);
+- the smallest federations: ``3 + 1``, three clients of the base and one 2 from it; ``2 + 1`` and ``2 + 1 close``,
+  two clients of the base and one 6 or 2 from it (one client in three: the theory's limit, ``eps <= 1/3``).
 
 Error: per client, the mean over components of ``||theta_hat_r - theta_r||`` under the client's best label match.
 Local EM (``n_init=10``) is each client's reference; the oracle is FedEM on each true group's rows, started at
@@ -18,7 +20,8 @@ the truth. Per method: the mean over clients of the ratio of errors to local EM'
 client's ratio (each client's error averaged over seeds, over its local EM's), and the oracle's ratio.
 
 Targets (issue 61): FedGrEM and FedeRiCo at most 1.0x local EM's mean error on every shape, no client above 1.5x;
-FedGrEM within 1.5x the oracle where groups share components. Exits non-zero when one is missed.
+FedGrEM within 1.5x the oracle where groups share components. Exits non-zero when one is missed, but on the
+three-client shapes (:data:`REPORTED`), whose misses are reported, not checked.
 
     python validation/every_client.py [--quick] [--seeds N] [--jobs N] [--methods NAME ...] [--shapes NAME ...]
 """
@@ -43,7 +46,13 @@ SHAPES = {"shared": dict(sizes=(6, 6), gap=4.0, moved=[2]),
           "9 + 3": dict(sizes=(9, 3), gap=1.5),
           "4 x 3": dict(sizes=(3, 3, 3, 3), gap=2.0),
           "regressions": dict(sizes=(6, 6), gap=2.0, regression=True),
-          "far": dict(sizes=(9, 1), gap=6.0)}
+          "far": dict(sizes=(9, 1), gap=6.0),
+          "3 + 1": dict(sizes=(3, 1), gap=2.0),
+          "2 + 1": dict(sizes=(2, 1), gap=6.0),
+          "2 + 1 close": dict(sizes=(2, 1), gap=2.0)}
+#: Shapes whose misses are reported, not checked: three clients, where a pooled start can give one client's rows a
+#: component of the others' (``docs/research/every-client.md``).
+REPORTED = ("2 + 1", "2 + 1 close")
 BASE_GMM = 3.0 * np.array([[1.0, 0, 0, 0, 0], [-0.5, 0.866, 0, 0, 0], [-0.5, -0.866, 0, 0, 0]])
 BASE_MOR = np.array([[2.0, 0.0, 1.0], [-2.0, 1.0, 0.0]])
 H = 0.1
@@ -138,20 +147,21 @@ def main(argv=None):
           "mean over clients / the worst client\n")
     names = list(args.methods) + [ORACLE]
     print("| shape | local EM error | " + " | ".join(names) + " |\n|---|---|" + "---|" * len(names))
-    missed = []
+    missed, reported = [], []
     for shape in args.shapes:
         fits = Parallel(n_jobs=args.jobs)(delayed(one_fit)(shape, seed, args.methods) for seed in seeds)
         table = summary(fits)
         local = np.mean([f["local EM"].mean() for f in fits])
         print(f"| {shape} | {local:.3f} | " + " | ".join(f"{table[n][0]:.2f} / {table[n][1]:.2f}" for n in names)
               + " |", flush=True)
-        missed += [f"{shape}: {name} {table[name][0]:.2f} / {table[name][1]:.2f} of local EM (at most {AT_MOST} / "
-                   f"{WORST})" for name in ADAPTIVE if name in table
-                   and (table[name][0] > AT_MOST or table[name][1] > WORST)]
+        (reported if shape in REPORTED else missed).extend(
+            f"{shape}: {name} {table[name][0]:.2f} / {table[name][1]:.2f} of local EM (at most {AT_MOST} / {WORST})"
+            for name in ADAPTIVE if name in table and (table[name][0] > AT_MOST or table[name][1] > WORST))
         if shape == "shared" and "FedGrEM" in table and table["FedGrEM"][0] > OVER_ORACLE * table[ORACLE][0]:
             missed.append(f"shared: FedGrEM {table['FedGrEM'][0]:.2f} above {OVER_ORACLE}x the oracle's "
                           f"{table[ORACLE][0]:.2f}")
-    print("\n" + "\n".join(f"- MISSED: {m}" for m in missed) if missed else "\n- every target holds")
+    print("\n" + "\n".join(f"- MISSED: {m}" for m in missed) if missed else "\n- every checked target holds")
+    print("\n".join(f"- DOES NOT HOLD (reported, not checked): {m}" for m in reported))
     return 1 if missed else 0
 
 
