@@ -24,10 +24,10 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
   :class:`fedmm.algorithms.pooled.TrimmedPooledEM`), from candidate starts each clustered by the
   server from the clients' own starts on a random half of the clients
   (:func:`clustered_start`); the best trimmed fit is broadcast and every client then fits its own
-  mixing proportions to it (EM on the proportions); where it trims no client, it runs again without those that
-  share no component of it. One start, in one labelling, that outlier clients cannot capture, and that has the
-  pooled data's accuracy where clients are alike: where local EM cannot start (mixtures of regressions at
-  ``n_k = 150``, components missing on label-skewed clients) the federation still can.
+  mixing proportions to it (EM on the proportions). One start, in one labelling, that outlier clients
+  cannot capture, and that has the pooled data's accuracy where clients are alike: where local EM
+  cannot start (mixtures of regressions at ``n_k = 150``, components missing on label-skewed clients)
+  the federation still can.
 - ``"pooled-and-local"``: both of the above, the trimmed pooled start and
   (where every client has at least ``n_components`` samples) the aligned
   local-EM start, where each client also runs EM from the pooled start and keeps it if it fits its rows
@@ -66,7 +66,6 @@ from .clients import as_clients
 from .engine import best_of_starts, drive, single_pass
 from .families import MixtureParams
 from .protocol import Broadcast
-from .algorithms.outliers import sole_holders
 from .robust import TRIM, best_few, client_seeds, first_best, trusted_sizes
 
 INITS = ("auto", "family", "local-em", "common", "trimmed-pooled", "pooled-and-local", "screened")
@@ -131,43 +130,22 @@ def trimmed_pooled_start(family, clients, n_components, n_init, max_iter, tol, r
     (:func:`fedmm.engine.drive`: one message per round for all), ``CANDIDATE_STEPS`` rounds of
     :class:`~fedmm.algorithms.pooled.TrimmedPooledEM`, the ``FINALISTS`` with the highest trimmed log-likelihood
     per sample continue side by side to convergence, the best of them is kept, and every client fits its own
-    proportions to it. Where it trims no client (fewer than ``1 / trim``), it runs again without the clients that
-    share no component of it, a third of them at most (:func:`_trimmed_pooled`).
+    proportions to it.
     """
     return drive(clients, [_trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state,
                                            trim)])[0]
 
 
 def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random_state, trim=TRIM):
-    """:func:`trimmed_pooled_start` as a generator of its queries (:func:`fedmm.engine.drive`).
-
-    Where it trims no client (``trim K`` below 1) and one or more clients, a third at most, share no component of the
-    start (:func:`fedmm.algorithms.outliers.sole_holders`), those components are their parties' alone: it runs again
-    from the others' own starts, trimming as many clients as share none. Three clients of the paper's design, one of
-    them an outlier: its rows took a component, the honest clients had four for five, and FedGrEM ended at 5-8 times
-    their own EM's error in 4 of 10 seeds (``docs/research/every-client.md``)."""
+    """:func:`trimmed_pooled_start` as a generator of its queries (:func:`fedmm.engine.drive`)."""
+    n_k = clients.n_samples
     K = clients.n_clients
     starts, sizes = _own_starts(clients, n_components, random_state)
-    start = yield from _concentrated(family, clients, starts, sizes, None, n_components, n_init, max_iter, tol,
-                                     random_state, trim)
-    sole = sole_holders(trusted_sizes(clients.n_samples)[:, None] * start.weights)
-    if trim * K < 1 and 0 < 3 * sole.sum() <= K:
-        others = ~sole[_able_clients(clients.n_samples, n_components)]
-        start = yield from _concentrated(family, clients, starts, sizes, others, n_components, n_init, max_iter, tol,
-                                         random_state, (sole.sum() + 0.5) / K)
-    return start
-
-
-def _concentrated(family, clients, starts, sizes, among, n_components, n_init, max_iter, tol, random_state, trim):
-    """The trimmed pooled start's candidates (from the clients' own ``starts``, of which ``among`` (bool, or None:
-    all) may start them), their concentration steps and finalists, as a generator of its queries: the start."""
-    n_k, K = clients.n_samples, clients.n_clients
     strategy = TrimmedPooledEM(trim)
-    which = np.arange(len(sizes)) if among is None else np.flatnonzero(among)
     candidates = []
     for _ in range(max(n_init, CANDIDATES)):
-        able = len(which)
-        half = which[np.sort(random_state.choice(able, size=(able + 1) // 2, replace=False))] if able >= 4 else which
+        able = len(sizes)
+        half = np.sort(random_state.choice(able, size=(able + 1) // 2, replace=False)) if able >= 4 else np.arange(able)
         candidates.append(clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
                           .broadcast(K))
     # Each candidate's last log-likelihoods come with one more round from its last parameters. Its round is the
