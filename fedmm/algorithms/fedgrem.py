@@ -27,8 +27,8 @@ from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm
 # FedGrEM's parts, each in a module of its own; their names stay importable from here.
 from .new_client import shrunk_client
-from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, regular,  # noqa: F401
-                       rejects_estimate, scale_deviation, sole_holders, variance_information, variance_scores)
+from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
+                       scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
 from .variances import noise_scale, pool_variances, robust_scale
 
@@ -455,7 +455,8 @@ class FedGrEM(GradientStrategy):
                          state.deviation)
 
     def center(self, diagnostics):
-        return diagnostics.centers[0]   # the largest group's
+        """The largest group's centre."""
+        return diagnostics.centers[0]
 
     def groups(self, diagnostics):
         return diagnostics.centers, diagnostics.labels
@@ -520,16 +521,12 @@ class FedGrEM(GradientStrategy):
     def own_fits(self, result, own, n_k, n_parameters, located_loglik):
         """Suspected outliers (:func:`outlier_scores` above 1) and clients sharing no component (:func:`sole_holders`)
         whose rows reject FedGrEM's estimate for their own fit (:func:`rejects_estimate`): a far client whose
-        components pooled onto others' (a poor optimum its EM does not leave) or got components of their own. A
-        suspect that pools no component keeps its :func:`regular` own fit untested: the federation gives it only the
-        soft threshold's pull towards a centre it is far from, the lasso's bias (``docs/research/every-client.md``).
-        Not every client is tested: a small client's own fit overfits beyond the chi-square's reach. Only that
-        client's estimate changes: a party that lies moves no one else."""
+        components pooled onto others' (a poor optimum its EM does not leave) or got components of their own
+        (``docs/research/every-client.md``). Not every client is tested: a small client's own fit overfits beyond the
+        chi-square's reach. Only that client's estimate changes: a party that lies moves no one else."""
         suspect = (self._outlier_scores(result.diagnostics, result.params, n_k) > 1.0) | \
             sole_holders(trusted_sizes(n_k)[:, None] * result.params.weights)   # a size is a claim
-        apart = suspect & ~result.diagnostics.pooled.any(axis=1) & regular(own.params, n_k, n_parameters)
-        return apart | rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik,
-                                        among=suspect & ~apart)
+        return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
 
     def may_keep_moving(self, diagnostics, params, n_k):
         """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of their components pooled,
@@ -556,9 +553,10 @@ class FedGrEM(GradientStrategy):
     def keep_restart(self, before, trial):
         """Clients whose own term of FedGrEM's objective the restart raised by more than chance would.
 
-        A likelihood-ratio test at 5% with one component's ``p`` degrees of freedom. On the paper's design, stuck
-        inliers gain about 300, noise moves the term by a few units, and outliers lose (they fit their own data worse
-        from the consensus).
+        A likelihood-ratio test at 5% with one component's ``p`` degrees of
+        freedom. On the paper's design, stuck inliers gain about 300, noise
+        moves the term by a few units, and outliers lose (they fit their own
+        data worse from the consensus).
         """
         gain = _penalized_loglik(trial) - _penalized_loglik(before)
         return gain > 0.5 * chi2.ppf(0.95, before.params.theta.shape[-1])
@@ -576,19 +574,21 @@ MIN_GROUP = 3
 
 def centre_cost(R, p, n_total):
     """The cost of a centre in the central objective: BIC's ``(R p / 2) log n`` (Schwarz 1978) for its ``R p``
-    parameters, ``n`` the federation's samples, times ``R``, the objective's units (a block's quadratic
-    ``omega_kr / 2 ||nu - theta_tilde||^2`` with ``omega_kr`` about ``R N_kr`` is ``R`` times the component's
-    log-likelihood in noise units)."""
+    parameters, ``n`` the federation's samples, times
+    ``R``, the objective's units (a block's quadratic ``omega_kr / 2 ||nu - theta_tilde||^2`` with ``omega_kr`` about
+    ``R N_kr`` is ``R`` times the component's log-likelihood in noise units)."""
     return R * 0.5 * R * p * np.log(n_total)
 
 
 def _penalized_loglik(result):
     """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr ||nu_kr - nu_bar_r||`` at the end of a run.
 
-    The central problem's penalty (Algorithm 1) in log-likelihood units: its quadratic ``n_k/2 ||nu - theta_tilde||^2``
-    stands for a log-likelihood of curvature ``n_k w_r`` (the gradient step scales component ``r`` by ``1 / w_r``),
-    so each component's penalty carries its weight. An empty component therefore earns nothing by sitting at the
-    centre. ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold. Runs are compared at one ``lambda``:
+    The central problem's penalty (Algorithm 1) in log-likelihood units: its
+    quadratic ``n_k/2 ||nu - theta_tilde||^2`` stands for a log-likelihood of
+    curvature ``n_k w_r`` (the gradient step scales component ``r`` by
+    ``1 / w_r``), so each component's penalty carries its weight. An empty
+    component therefore earns nothing by sitting at the centre.
+    ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold. Runs are compared at one ``lambda``:
     under ``penalty="sure"`` the schedule's (``Consensus.objective_scale``), since a run whose clients
     drifted apart would otherwise choose a small ``lambda`` and be charged little for it.
     """

@@ -121,13 +121,6 @@ def sole_holders(N):
     return ((N > 0.5 * N.sum(axis=0)) | (N < 1.0)).all(axis=1) & (N >= 1.0).any(axis=1)
 
 
-def regular(params, n_k, n_parameters):
-    """(K,) bool: the clients' own fits ``params`` whose every component holds, in rows (``n_k w_r``), at least one
-    component's parameters (of the mixture's ``n_parameters``): the own fits that count (:func:`rejects_estimate`)."""
-    R = params.weights.shape[1]
-    return (n_k[:, None] * params.weights >= (n_parameters - (R - 1)) / R).all(axis=1)
-
-
 def rejects_estimate(params, loglik, own, n_k, n_parameters, located_loglik, among=None, level=OWN_LEVEL):
     """(K,) bool: the clients (of ``among``, a (K,) bool; all by default) whose rows reject their estimate
     ``params`` (log-likelihoods ``loglik``) for their own fit ``own`` (a :class:`fedmm.initialization.Start` with
@@ -153,7 +146,8 @@ def rejects_estimate(params, loglik, own, n_k, n_parameters, located_loglik, amo
     a component collapsed on a few rows has a likelihood without bound (one of 12 clients of
     ``validation/every_client.py``'s 9 + 3, a component on one row: 37 nats above FedGrEM, its means 3 off)."""
     R, p = params.theta.shape[1:]
-    tested = regular(own.params, n_k, n_parameters) & (True if among is None else among)
+    sizes = n_k[:, None] * own.params.weights
+    tested = (sizes >= (n_parameters - (R - 1)) / R).all(axis=1) & (True if among is None else among)
     statistic = 2.0 * (own.own_loglik - loglik)
     rejects = tested & (statistic > chi2.isf(level, n_parameters))
     undecided = tested & ~rejects & (statistic > chi2.isf(level, R * p))

@@ -136,9 +136,8 @@ _SHARED_ATTRS_DOC = """
         kept (``center_restarts``).
     own_fit_clients_ : ndarray
         FedGrEM only: ids of the suspected outliers given their own fit (EM on their rows alone, from the
-        default start) because their rows reject the federation's estimate (likelihood-ratio tests of all the
-        parameters and of the means alone, each at 0.1%) or they pool no component
-        (:meth:`fedmm.algorithms.fedgrem.FedGrEM.own_fits`).
+        default start) because their rows reject the federation's estimate: likelihood-ratio tests of all the
+        parameters and of the means alone, each at 0.1% (:meth:`fedmm.algorithms.fedgrem.FedGrEM.own_fits`).
     collaborator_weights_ : ndarray of shape (n_clients, n_clients)
         FedeRiCo only: row ``i`` is client ``i``'s weights ``w_ij`` on the
         clients' models after the last round.
