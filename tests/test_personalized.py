@@ -10,7 +10,8 @@ from scipy.special import softmax
 from fedmm import FederatedGaussianMixture
 from fedmm.methods import METHODS
 from fedmm.algorithms.dynamic import scaled_distances
-from fedmm.algorithms.federico import collaborator_weights, epsilon_greedy, update_losses
+from fedmm.algorithms.federico import (FedeRiCo, FedeRiCoDiagnostics, collaborator_weights, epsilon_greedy,
+                                       update_losses)
 from fedmm.data import FederatedData
 from fedmm.engine import run_rounds
 from fedmm.families import GaussianFamily, MixtureParams
@@ -247,8 +248,8 @@ def test_fedem_is_worse_than_local_em_on_every_group(clustered):
 def test_a_federico_client_reports_the_model_it_relies_on(seed):
     """Two groups of five clients (spread 4): in these seeds one client's own model is stuck in a poor optimum
     (error 12.5 and 10.8 against local EM's 0.51 and 0.58) while the client puts 0.07 and 0.02 of its weight
-    on it. It reports and predicts with the model it weighs most, a collaborator's of its group, within 1.5x
-    of its local EM error; ``used_models_`` says whose."""
+    on it. It reports and predicts with a collaborator's model of its group, within 1.5x of its local EM error;
+    ``used_models_`` says whose."""
     X, truth, groups = make_grouped_gmm(n_groups=2, clients_per_group=5, spread=4.0, outlier=False,
                                         random_state=seed)
     with warnings.catch_warnings():
@@ -258,13 +259,28 @@ def test_a_federico_client_reports_the_model_it_relies_on(seed):
     err = estimation_errors(fr.weights_, fr.means_, truth.weights, truth.theta)[1]
     local_err = estimation_errors(local.weights_, local.means_, truth.weights, truth.theta)[1]
     w = fr.collaborator_weights_
-    relies_elsewhere = np.diag(w) < w.max(axis=1) * (1 - 1e-9)
-    assert relies_elsewhere.any()                                        # the case the test is about
-    assert (err[relies_elsewhere] <= 1.5 * local_err[relies_elsewhere]).all()
-    assert (fr.used_models_[relies_elsewhere] != np.flatnonzero(relies_elsewhere)).all()
+    dropped = np.diag(w) < w.max(axis=1) / np.e                          # its own model all but dropped
+    assert dropped.any()                                                 # the case the test is about
+    assert (err[dropped] <= 1.5 * local_err[dropped]).all()
+    assert (fr.used_models_[dropped] != np.flatnonzero(dropped)).all()
     assert (groups[fr.used_models_] == groups).all()                    # a collaborator of its own group
-    own = ~relies_elsewhere
-    assert (fr.used_models_[own] == np.flatnonzero(own)).all()
+
+
+def test_a_federico_client_without_evidence_takes_the_model_its_group_fits_best():
+    """``used_models``: a client that weighs models within a factor ``e`` of each other cannot tell them apart;
+    among them it takes the one whose summed log weights over its group (minus the group's summed losses, up to
+    a constant per client) are largest. A client with evidence keeps the model it weighs most, and groups stay
+    apart."""
+    w = np.array([[0.40, 0.35, 0.25, 0.00, 0.00],     # group {0, 1, 2}: model 1 is tied for all, model 0 only
+                  [0.30, 0.40, 0.30, 0.00, 0.00],     # for clients 0 and 1; summed logs: model 1 is largest
+                  [0.05, 0.60, 0.35, 0.00, 0.00],     # client 2's own (0.35) is tied with model 1
+                  [0.00, 0.00, 0.00, 0.95, 0.05],     # group {3, 4}: client 3 has evidence for its own model
+                  [0.00, 0.00, 0.00, 0.45, 0.55]])    # client 4 cannot tell 3 from 4: the group's rows pick 3
+    used = FedeRiCo().used_models(FedeRiCoDiagnostics(w, np.zeros((5, 2, 1))))
+    np.testing.assert_array_equal(used, [1, 1, 1, 3, 3])
+    uniform = np.full((4, 4), 0.25)                   # no evidence anywhere, every score equal: each keeps its own
+    np.testing.assert_array_equal(FedeRiCo().used_models(FedeRiCoDiagnostics(uniform, np.zeros((4, 2, 1)))),
+                                  np.arange(4))
 
 
 def test_federico_settles_where_the_shares_in_its_loss_made_a_cycle():
