@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .reductions import has_tiny
+
 __all__ = ["FederatedData"]
 
 
@@ -503,19 +505,18 @@ def _check_values(values, offsets, client_ids, order, what):
         _check_client_values(values[rows], _name(k, client_ids[k]), what, None if order is None else order[rows])
 
 
-def _plainly_fine(values, chunk=65536):
+def _plainly_fine(values):
     """Whether all ``values`` are finite, at most ``MAX_MAGNITUDE`` in magnitude, and none nonzero below its
     reciprocal: then every client's are, and :func:`_check_values` need not look client by client (a single
-    tiny value is allowed there, a feature tiny on a whole client not). Two reductions, and a pass in chunks
-    of rows for tiny values."""
+    tiny value is allowed there, a feature tiny on a whole client not). Two reductions and a compiled pass for
+    tiny values (:func:`fedmm.reductions.has_tiny`)."""
     with np.errstate(invalid="ignore"):
         largest = max(abs(float(values.max())), abs(float(values.min())))
     if not largest <= MAX_MAGNITUDE:   # also NaN
         return False
     if values.dtype.kind != "f":
         return True
-    return not any(((np.abs(values[i:i + chunk]) < 1 / MAX_MAGNITUDE) & (values[i:i + chunk] != 0)).any()
-                   for i in range(0, len(values), chunk))
+    return not has_tiny(values.reshape(len(values), -1), 1 / MAX_MAGNITUDE)
 
 
 def _check_client_values(values, name, what, rows):

@@ -12,6 +12,9 @@ numbers.
   reductions over a short last axis cost several times a pass (7% of a FedGrEM fit at ``K = 10^5``).
 - :func:`largest_changes`: ``np.abs(a - b).max(axis=(1, 2))``, every client's largest parameter change a round,
   without the two (K, R, p) temporaries.
+- :func:`has_tiny`: ``((np.abs(a) < tiny) & (a != 0)).any()``, the data check's look for values too small to square
+  (:func:`fedmm.data.FederatedData.from_input`), without three temporaries the size of the data: 1.0 s of a 5 s
+  fit at ``d = 5000``, ``K = 100``.
 """
 
 import numpy as np
@@ -162,3 +165,14 @@ def largest_changes(a, b):
                     largest = v
         out[k] = largest
     return out
+
+
+@njit(cache=True)
+def has_tiny(a, tiny):
+    """``((np.abs(a) < tiny) & (a != 0)).any()`` of the 2-D ``a``, in one pass that stops at the first such value."""
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            v = abs(a[i, j])
+            if v < tiny and v != 0:
+                return True
+    return False

@@ -282,6 +282,26 @@ def test_largest_changes_are_numpys():
         assert np.array_equal(largest_changes(x, y), np.abs(x - y).max(axis=(1, 2)), equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_has_tiny_is_numpys(dtype):
+    """The data check's compiled look for nonzero values below ``1 / MAX_MAGNITUDE``: numpy's answer, in float32
+    (where the threshold rounds to 0 and no value is tiny) and float64, zeros, NaN and strided views included."""
+    from fedmm.data import MAX_MAGNITUDE
+    from fedmm.reductions import has_tiny
+    tiny = 1 / MAX_MAGNITUDE
+    a = np.random.RandomState(0).standard_normal((300, 7)).astype(dtype)
+    a[5, 2], a[6, 3] = 0.0, np.nan
+    cases = [a, a[::2, ::3], np.asfortranarray(a)]
+    b = a.copy()
+    b[299, 6] = 1e-200
+    c = a.copy()
+    c[0, 0] = -1e-151
+    cases += [b, c, b[1::2], c[:, 1:]]
+    for values in cases:
+        assert has_tiny(values, tiny) == ((np.abs(values) < tiny) & (values != 0)).any()
+    assert has_tiny(np.array([[1.0, -1e-151]]), tiny) and not has_tiny(np.array([[1.0, 0.0, 1e-149]]), tiny)
+
+
 def test_sure_penalty_leaves_empty_components_out_quietly():
     """Per-component sizes are 0 for an empty component; SURE leaves it out (N < 1) without a division
     warning, and its choice is the one without that block."""
