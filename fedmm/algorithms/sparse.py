@@ -165,7 +165,7 @@ class SparseState:
 
 class SparseFedGrEM(FedGrEM):
     __doc__ = f"""Sparse FedGrEM (``method="sparse-fedgrem"``): FedGrEM when few of many features separate the
-    components (``docs/sparse.md``). Gaussian mixtures only, for now.
+    components (``docs/sparse.md``), for Gaussian mixtures and mixtures of regressions.
 
     The construction. FedGrEM's clients (E-step, one gradient step; Algorithm 1) and its robust central update
     (the group-lasso problem of Algorithm 1 / App. B.1 eq. (6), its penalty, reweighting and groups) are
