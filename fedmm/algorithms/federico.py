@@ -63,12 +63,11 @@ Choices where the paper leaves room (``docs/decentralized.md``):
 - ``beta=None`` accumulates the losses instead (``L_ij += l_ij``), the
   posterior of exact EM under a uniform prior (App. A, eqs. (22)-(24)).
 - After the rounds each client reports the model it weighs most, or where it
-  cannot tell that one from others (weights within a factor ``e``), the one
-  of those its group's rows fit best (:meth:`FedeRiCo.used_models`), with its
-  own proportions, refitted on its rows at that model's components: a
-  model's proportions are those of all the clients that use it. On
-  ``validation/grouped.py``'s design at spread 2 (20 seeds) the worst client
-  went from 7.62 to 4.04 times its local EM error. A new client (``personalize``) joins the group
+  cannot tell that one from others (weights within a factor ``e``) and its
+  group's rows can, the one of those its group's rows fit best
+  (:meth:`FedeRiCo.used_models`), with its own proportions, refitted on its
+  rows at that model's components: a model's proportions are those of all
+  the clients that use it. A new client (``personalize``) joins the group
   whose model fits its rows best (:meth:`FedeRiCo.groups`).
 """
 
@@ -349,13 +348,15 @@ class FedeRiCo(Strategy):
 
     def used_models(self, diagnostics):
         """The model each client relies on: the one it weighs most, its own where it weighs it as much as any
-        (``w_ii`` within ``1e-9`` of its row's largest), unless the client cannot tell it from others (models
-        it weighs within a factor ``e`` of it, :func:`tied_models`); then, among those, the one its group's
-        clients weigh most together. ``sum_k log w_kj`` over the group is minus the summed losses of model ``j``
-        on the group's rows, up to a constant per client (``w_k = softmax(-L_k)``, Alg. 1 line 16): where a
-        client's own rows hold no evidence, its group's rows decide. A client's own model can be stuck in a poor
-        optimum while the client puts almost all its weight on a collaborator's (the losses say so): it then
-        predicts, and reports, what it relies on, not a model it has all but dropped."""
+        (``w_ii`` within ``1e-9`` of its row's largest), unless it cannot tell that one from others (models it
+        weighs within a factor ``e`` of it, :func:`tied_models`) and its group's rows can: then the one of those
+        its group's ``m`` clients weigh most together, where they weigh it more than the client's own choice by
+        more than ``sqrt(m)``. ``sum_k log w_kj`` over the group is minus model ``j``'s summed losses on the
+        group's rows, up to a constant per client (``w_k = softmax(-L_k)``, Alg. 1 line 16), in units of two null
+        standard deviations of one client's loss difference (the factor ``e``); a sum over ``m`` clients has
+        ``sqrt(m)`` times the noise. A client's own model can be stuck in a poor optimum while the client puts
+        almost all its weight on a collaborator's (the losses say so): it then predicts, and reports, what it
+        relies on, not a model it has all but dropped."""
         w = diagnostics.w
         own = np.diag(w) >= w.max(axis=1) * (1 - 1e-9)
         first = np.where(own, np.arange(len(w)), w.argmax(axis=1))
@@ -365,8 +366,8 @@ class FedeRiCo(Strategy):
         together = np.where(tied, np.stack([log_w[group == g].sum(axis=0) for g in group]), -np.inf)
         rows = np.arange(len(w))
         best = together.argmax(axis=1)
-        top = together[rows, best]
-        return np.where(together[rows, first] >= top - 1e-9 * (1.0 + np.abs(top)), first, best)
+        evident = together[rows, best] - together[rows, first] > np.sqrt(np.bincount(group)[group])
+        return np.where(evident, best, first)
 
 
 def tied_models(w, used):

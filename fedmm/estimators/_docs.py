@@ -144,7 +144,8 @@ _SHARED_ATTRS_DOC = """
     used_models_ : ndarray of shape (n_clients,)
         FedeRiCo only: the client whose model each client reports and predicts
         with: the one it weighs most (its own where it weighs it as much as any), or, where it weighs others
-        within a factor ``e`` of that one (no evidence between them), the one of those its group weighs most.
+        within a factor ``e`` of that one (no evidence between them), the one of those its group's rows are
+        evidence for.
     collaboration_graph_ : ndarray of shape (n_clients, n_clients), bool
         Dynamic graph only: which clients pulled each other in the last round.
     penalty_selection_ : dict or None
