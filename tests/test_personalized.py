@@ -269,15 +269,18 @@ def test_a_federico_client_reports_the_model_it_relies_on(seed):
 def test_a_federico_client_without_evidence_takes_the_model_its_group_fits_best():
     """``used_models``: a client that weighs models within a factor ``e`` of each other cannot tell them apart;
     among them it takes the one whose summed log weights over its group (minus the group's summed losses, up to
-    a constant per client) are largest. A client with evidence keeps the model it weighs most, and groups stay
-    apart."""
+    a constant per client) are largest, where they exceed its own choice's by more than ``sqrt(m)`` for ``m``
+    clients. A client with evidence keeps the model it weighs most, and groups stay apart."""
     w = np.array([[0.40, 0.35, 0.25, 0.00, 0.00],     # group {0, 1, 2}: model 1 is tied for all, model 0 only
-                  [0.30, 0.40, 0.30, 0.00, 0.00],     # for clients 0 and 1; summed logs: model 1 is largest
-                  [0.05, 0.60, 0.35, 0.00, 0.00],     # client 2's own (0.35) is tied with model 1
+                  [0.30, 0.40, 0.30, 0.00, 0.00],     # for clients 0 and 1; summed logs: model 1's exceed model
+                  [0.05, 0.60, 0.35, 0.00, 0.00],     # 0's by 2.64 > sqrt(3)
                   [0.00, 0.00, 0.00, 0.95, 0.05],     # group {3, 4}: client 3 has evidence for its own model
                   [0.00, 0.00, 0.00, 0.45, 0.55]])    # client 4 cannot tell 3 from 4: the group's rows pick 3
     used = FedeRiCo().used_models(FedeRiCoDiagnostics(w, np.zeros((5, 2, 1))))
     np.testing.assert_array_equal(used, [1, 1, 1, 3, 3])
+    weak = np.array([[0.45, 0.55],                    # the group favours model 0 by 0.65 < sqrt(2): no evidence,
+                     [0.70, 0.30]])                   # client 0 keeps model 1
+    np.testing.assert_array_equal(FedeRiCo().used_models(FedeRiCoDiagnostics(weak, np.zeros((2, 2, 1)))), [1, 0])
     uniform = np.full((4, 4), 0.25)                   # no evidence anywhere, every score equal: each keeps its own
     np.testing.assert_array_equal(FedeRiCo().used_models(FedeRiCoDiagnostics(uniform, np.zeros((4, 2, 1)))),
                                   np.arange(4))
