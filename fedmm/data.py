@@ -516,6 +516,8 @@ def _plainly_fine(values):
         return False
     if values.dtype.kind != "f":
         return True
+    if values.dtype not in (np.float32, np.float64):   # float16, longdouble: the compiled pass reads neither
+        values = values.astype(np.float64)             # exact within the magnitudes checked above
     return not has_tiny(values.reshape(len(values), -1), 1 / MAX_MAGNITUDE)
 
 

@@ -176,3 +176,17 @@ def test_the_first_client_with_bad_values_is_named_among_thousands(rng, problem,
         FederatedData.from_input(X, groups=groups)
     with pytest.raises(ValueError, match=message.format(7, "1 of the client's array")):
         FederatedData.from_input([X[groups == f"k{k}"] for k in range(K)])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.longdouble])
+def test_responses_of_any_float_precision_are_checked(rng, dtype):
+    """``y`` is checked in the precision it comes in (then stored as float64): float16 and longdouble too, which the
+    compiled look for tiny values does not read; a response tiny on a whole client is named."""
+    X = rng.randn(40, 2)
+    y = rng.randn(40).astype(dtype)
+    data = FederatedData.from_input([X[:20], X[20:]], [y[:20], y[20:]])
+    assert data.y.dtype == np.float64
+    if np.finfo(dtype).tiny < 1e-160:              # only longdouble can hold a value below 1 / MAX_MAGNITUDE
+        y[20:] = np.asarray(1e-170, dtype=dtype)
+        with pytest.raises(ValueError, match="client 1: y"):
+            FederatedData.from_input([X[:20], X[20:]], [y[:20], y[20:]])
