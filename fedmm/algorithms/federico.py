@@ -361,9 +361,10 @@ class FedeRiCo(Strategy):
         own = np.diag(w) >= w.max(axis=1) * (1 - 1e-9)
         first = np.where(own, np.arange(len(w)), w.argmax(axis=1))
         tied, component = tied_models(w, first)
-        group = component[first]
+        group = np.unique(component[first], return_inverse=True)[1]
         log_w = np.log(np.maximum(w, np.finfo(float).tiny))
-        together = np.where(tied, np.stack([log_w[group == g].sum(axis=0) for g in group]), -np.inf)
+        summed = np.stack([log_w[group == g].sum(axis=0) for g in range(group.max() + 1)])   # (groups, K)
+        together = np.where(tied, summed[group], -np.inf)
         rows = np.arange(len(w))
         best = together.argmax(axis=1)
         evident = together[rows, best] - together[rows, first] > np.sqrt(np.bincount(group)[group])
