@@ -360,6 +360,39 @@ def test_variances_shrink_as_far_as_the_means():
     np.testing.assert_allclose(pool_variances(scale, N, share)[1:, 1], np.broadcast_to(others, (5, 2)), rtol=1e-12)
 
 
+def test_an_empty_component_counts_in_the_noise_units_at_its_clients_typical_variance():
+    """A component a client holds no rows of has no variance estimate (its M-step gives the squared mean): it
+    counts at the client's median over the components it holds, so where it sits cannot move the units; components
+    with rows, and clients without empty ones, count as they are."""
+    from fedmm.algorithms.variances import EMPTY_ROWS, held_variances, noise_scale
+
+    rng = np.random.RandomState(0)
+    scale, N = rng.uniform(0.5, 2.0, (3, 4, 2)), rng.uniform(10, 100, (3, 4))
+    N[1, 3] = N[2, 3] = 0.0
+    N[2, 0] = EMPTY_ROWS / 2
+    held = held_variances(scale, N)
+    np.testing.assert_array_equal(held[0], scale[0])
+    np.testing.assert_array_equal(held[1, :3], scale[1, :3])
+    np.testing.assert_array_equal(held[1, 3], np.median(scale[1, :3], axis=0))
+    np.testing.assert_array_equal(held[2, [0, 3]], np.broadcast_to(np.median(scale[2, 1:3], axis=0), (2, 2)))
+    moved = scale.copy()
+    moved[[1, 2], 3] = rng.uniform(1e-4, 1e-2, (2, 2))   # where the empty means sat, squared
+    np.testing.assert_array_equal(noise_scale(moved, N), noise_scale(scale, N))
+    assert not np.array_equal(noise_scale(moved), noise_scale(scale))   # fails without the sizes
+
+
+def test_rounds_settle_where_two_clients_of_three_hold_a_component_on_no_rows():
+    """``make_federated_gmm``'s outlier client at a third of the federation: two clients of three hold a component
+    on no rows. Their variances, the squared means the server last sent, set the noise units of that component, and
+    sparse FedGrEM's rounds alternated between two pooled sets until ``max_iter`` (511 queries, the fit 4 rounds)."""
+    X, _ = make_federated_gmm(n_clients=3, n_samples=120, outlier_clients=[2], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FederatedGaussianMixture(5, method="sparse-fedgrem", max_iter=200, random_state=0).fit(X)
+    assert est.converged_
+    assert len(est.communication_["query"]) < 200
+
+
 def test_pooled_variances_let_thousands_of_small_clients_converge():
     """With 3,000 clients of 50 samples one client sits at the threshold; when a pooled component took the
     pooled variance and an unpooled one its own, it flipped between the two every round and the run met

@@ -103,7 +103,7 @@ class DynamicGraph(GradientStrategy):
         """Update (1): each client's gradient step, minus the coupling to the clients within ``alpha_t``."""
         x = state.params.theta                                                          # x^t, (K, R, p)
         K, R, p = x.shape
-        sigma = noise_scale(state.family.coordinate_variances(messages.scale))
+        sigma = noise_scale(state.family.coordinate_variances(messages.scale), messages.n[:, None] * messages.weights)
         high, low = self.thresholds(R, p)
         d2 = scaled_distances(x, sigma, messages.n[:, None] * messages.weights)
         graph = (d2 < max(high / t, low)) & ~np.eye(K, dtype=bool)

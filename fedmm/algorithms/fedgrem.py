@@ -345,7 +345,7 @@ class FedGrEM(GradientStrategy):
         ``"sure-floored"`` takes the larger of that choice and the schedule's ``scheduled``; both settle by
         :func:`settle_penalty` (``memory``).
         """
-        sigma = noise_scale(family.coordinate_variances(messages.scale))
+        sigma = noise_scale(family.coordinate_variances(messages.scale), messages.n[:, None] * messages.weights)
         theta, (sizes, weights) = messages.theta / sigma, self._blocks(messages.n, w0)
         if pull is not None and (pull < 1.0).any():
             weights = np.asarray(sizes if weights is None else weights, dtype=float)

@@ -9,7 +9,13 @@ from ..reductions import largest_magnitudes
 from ..robust import client_median
 from .central import central_update
 
-def noise_scale(scale):
+#: A component with fewer rows than this (``N_kr``, its responsibilities' sum) holds none: its variance from them
+#: is the guard's (:meth:`fedmm.families.GaussianFamily.update_scale` divides by ``N_kr`` plus ten machine
+#: epsilons, which with no rows leaves the squared mean), not an estimate.
+EMPTY_ROWS = 1e-8
+
+
+def noise_scale(scale, N=None):
     """``sigma_r``, the noise scale of every component (R, s): the root of the clients' median variance.
 
     The central problem (Algorithm 1) is stated for unit-variance noise: its
@@ -21,8 +27,34 @@ def noise_scale(scale):
     the pooling decision independent of the data's units and leaves the
     paper's problem unchanged when ``sigma_r = 1``. The median over clients
     keeps an outlier client's variances from setting the unit.
+
+    With the clients' component sizes ``N`` (K, R), a component a client holds no rows of counts at that client's
+    median variance over the components it holds (:func:`held_variances`).
     """
-    return np.sqrt(client_median(scale))
+    return np.sqrt(client_median(scale if N is None else held_variances(scale, N)))
+
+
+def held_variances(scale, N):
+    """The clients' variances (K, R, s) with each empty component's (``N_kr`` below :data:`EMPTY_ROWS`) replaced
+    by its client's median over the components it holds rows of.
+
+    A client without rows in a component has no estimate of its variance: its M-step returns the squared mean
+    (:data:`EMPTY_ROWS`), which follows where the server last put the mean. Counted in the median over clients, it
+    made the noise units follow the pooling decisions they decide: where two clients of three held a component on
+    no rows (an outlier client at a third of the federation), the units of that component flipped with the pooled
+    set, and the rounds alternated between two pooled sets until ``max_iter``. The client's typical variance is
+    what its rows say about a component's spread; the median over the clients holding rows alone, also tried, lets
+    the few holders of a rare component set its unit, and was worse (``docs/research/performance.md``).
+    """
+    empty = N < EMPTY_ROWS
+    some = np.flatnonzero(empty.any(axis=1) & ~empty.all(axis=1))
+    if not some.size:
+        return scale
+    scale = np.array(np.broadcast_to(scale, N.shape + scale.shape[-1:]))
+    gaps = empty[some][..., None]
+    typical = np.nanmedian(np.where(gaps, np.nan, scale[some]), axis=1, keepdims=True)
+    scale[some] = np.where(gaps, typical, scale[some])
+    return scale
 
 
 def pool_variances(scale, N, share):
