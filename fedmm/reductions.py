@@ -12,6 +12,10 @@ numbers.
   reductions over a short last axis cost several times a pass (7% of a FedGrEM fit at ``K = 10^5``).
 - :func:`largest_changes`: ``np.abs(a - b).max(axis=(1, 2))``, every client's largest parameter change a round,
   without the two (K, R, p) temporaries.
+- :func:`fill_empty_medians`: in place, each client's empty components' values (a (K, R, s) array) set to the median
+  over its other components (oracle ``np.nanmedian`` over the components), for FedGrEM's noise units
+  (:func:`fedmm.algorithms.variances.held_variances`): numpy's way costs 0.4 s a round at ``K = 10^5`` where every
+  client lacks a component.
 - :func:`has_tiny`: ``((np.abs(a) < tiny) & (a != 0)).any()``, the data check's look for values too small to square
   (:func:`fedmm.data.FederatedData.from_input`), without three temporaries the size of the data: 1.0 s of a 5 s
   fit at ``d = 5000``, ``K = 100``.
@@ -165,6 +169,31 @@ def largest_changes(a, b):
                     largest = v
         out[k] = largest
     return out
+
+
+@njit(cache=True)
+def fill_empty_medians(values, empty):
+    """In place: ``values[k, r, j]`` for every ``empty[k, r]`` becomes the median of ``values[k, r', j]`` over the
+    components ``r'`` of client ``k`` that are not empty (numpy's ``nanmedian`` of them); clients with every
+    component empty, or none, are left as they are."""
+    K, R, s = values.shape
+    buffer = np.empty(R, dtype=values.dtype)
+    for k in range(K):
+        n_held = 0
+        for r in range(R):
+            n_held += not empty[k, r]
+        if n_held == R or n_held == 0:
+            continue
+        for j in range(s):
+            n = 0
+            for r in range(R):
+                if not empty[k, r]:
+                    buffer[n] = values[k, r, j]
+                    n += 1
+            middle = _middle(buffer, n)
+            for r in range(R):
+                if empty[k, r]:
+                    values[k, r, j] = middle
 
 
 @njit(cache=True)

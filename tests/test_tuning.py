@@ -282,6 +282,24 @@ def test_largest_changes_are_numpys():
         assert np.array_equal(largest_changes(x, y), np.abs(x - y).max(axis=(1, 2)), equal_nan=True)
 
 
+def test_fill_empty_medians_is_numpys():
+    """The compiled fill of FedGrEM's noise units (:func:`fedmm.algorithms.variances.held_variances`): each client's
+    empty components take numpy's ``nanmedian`` over its others, with an odd and an even number of them; clients with
+    no empty component or no other are left as they are."""
+    from fedmm.reductions import fill_empty_medians
+    rng = np.random.RandomState(0)
+    values = rng.uniform(0.5, 2.0, (40, 5, 3))
+    empty = rng.rand(40, 5) < 0.3
+    empty[0], empty[1], empty[2, :2], empty[3, :1] = True, False, True, True
+    filled = values.copy()
+    fill_empty_medians(filled, empty)
+    others = np.nanmedian(np.where(empty[..., None], np.nan, values), axis=1, keepdims=True)
+    some = empty.any(axis=1) & ~empty.all(axis=1)
+    expected = np.where(empty[..., None] & some[:, None, None], others, values)
+    assert np.array_equal(filled, expected)
+    assert np.array_equal(filled[0], values[0]) and np.array_equal(filled[1], values[1])
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_has_tiny_is_numpys(dtype):
     """The data check's compiled look for nonzero values below ``1 / MAX_MAGNITUDE``: numpy's answer, in float32

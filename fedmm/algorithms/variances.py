@@ -5,7 +5,7 @@ central problem is solved in, and the clients' variances pooled where their mean
 import numpy as np
 from numba import vectorize
 
-from ..reductions import largest_magnitudes
+from ..reductions import fill_empty_medians, largest_magnitudes
 from ..robust import client_median
 from .central import central_update
 
@@ -47,13 +47,10 @@ def held_variances(scale, N):
     the few holders of a rare component set its unit, and was worse (``docs/research/performance.md``).
     """
     empty = N < EMPTY_ROWS
-    some = np.flatnonzero(empty.any(axis=1) & ~empty.all(axis=1))
-    if not some.size:
+    if not empty.any():
         return scale
-    scale = np.array(np.broadcast_to(scale, N.shape + scale.shape[-1:]))
-    gaps = empty[some][..., None]
-    typical = np.nanmedian(np.where(gaps, np.nan, scale[some]), axis=1, keepdims=True)
-    scale[some] = np.where(gaps, typical, scale[some])
+    scale = np.array(np.broadcast_to(scale, N.shape + scale.shape[-1:]), dtype=float)
+    fill_empty_medians(scale, empty)
     return scale
 
 
