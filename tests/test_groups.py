@@ -309,22 +309,53 @@ def test_rows_reject_an_estimate_beyond_the_chi_square_level_and_never_for_a_col
     from fedmm.algorithms.outliers import OWN_LEVEL, rejects_estimate
     from fedmm.families import MixtureParams
     from fedmm.initialization import Start
-    K, R, p, q = 5, 3, 2, 20
+    K, R, p, q = 10, 3, 2, 20
     params = MixtureParams(np.full((K, R), 1.0 / R), np.zeros((K, R, p)), np.ones((K, R)))
-    weights = np.array([[0.3, 0.3, 0.4]] * 3 + [[0.3, 0.69, 0.01], [0.3, 0.3, 0.4]])
+    weights = np.array([[0.3, 0.3, 0.4]] * 3 + [[0.3, 0.69, 0.01]] + [[0.3, 0.3, 0.4]] * 6)
     whole, located = chi2.isf(OWN_LEVEL, q) / 2.0, chi2.isf(OWN_LEVEL, R * p) / 2.0
-    own = Start(params._replace(weights=weights), None, np.array([whole + 0.1, whole - 0.1, whole - 0.1, 1e3, 1.0]))
+    # Clients 5-9 fit their rows better at the estimate than by their own fit: the median client's excess is 0.
+    own = Start(params._replace(weights=weights), None,
+                np.array([whole + 0.1, whole - 0.1, whole - 0.1, 1e3, 1.0] + [-1.0] * 5))
     asked = []
 
     def located_loglik(which):
         asked.append(list(which))
-        return np.array([0.0, located + 0.1, located - 0.1, 0.0, 0.0])
+        return np.array([0.0, located + 0.1, located - 0.1] + [0.0] * 7)
 
     n_k = np.full(K, 100.0)
     np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, located_loglik),
-                                  [True, True, False, False, False])
+                                  [True, True] + [False] * 8)
     assert asked == [[1, 2]]
-    among = np.array([True, False, True, True, True])
+    among = np.array([True, False, True, True, True] + [True] * 5)
     np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, located_loglik, among),
-                                  [True, False, False, False, False])
+                                  [True] + [False] * 9)
     assert asked[-1] == [2]
+
+
+def test_rows_reject_an_estimate_beyond_the_others_overfitting():
+    """A mixture's likelihood ratio is not Wilks's chi-square: where every client's own fit gains three times the
+    chi-square's median over the estimate (honest clients of the paper's MoR design at ``h = 0``: 2.4 times), the
+    statistics are divided by the others' median over the chi-square's, so only the client beyond the critical value
+    after that rejects its estimate; tested against the chi-square itself, every client would. A client whose own
+    fit alone counts is tested against the chi-square."""
+    from scipy.stats import chi2
+    from fedmm.algorithms.outliers import OWN_LEVEL, rejects_estimate
+    from fedmm.families import MixtureParams
+    from fedmm.initialization import Start
+    K, R, p, q = 10, 3, 2, 20
+    params = MixtureParams(np.full((K, R), 1.0 / R), np.zeros((K, R, p)), np.ones((K, R)))
+    critical = chi2.isf(OWN_LEVEL, q)
+    statistic = np.full(K, 3.0 * chi2.median(q))
+    statistic[9] = 3.0 * critical + 1.0
+    assert (statistic > critical).all()
+    own = Start(params, None, statistic / 2.0)
+    never = lambda which: np.zeros(K)   # noqa: E731: no client is left for the locations' test
+    n_k = np.full(K, 100.0)
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, never), [False] * 9 + [True])
+    statistic[9] = 2.0 * critical                          # beyond the chi-square, within the others' overfitting
+    own = Start(params, None, statistic / 2.0)
+    assert not rejects_estimate(params, np.zeros(K), own, n_k, q, never).any()
+    weights = np.tile([[0.001, 0.5, 0.499]], (K, 1))       # the others' own fits collapsed: none counts
+    weights[9] = 1.0 / R
+    alone = own._replace(params=params._replace(weights=weights))
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), alone, n_k, q, never), [False] * 9 + [True])
