@@ -5,7 +5,7 @@ from conftest import COPIES, kernel_copies
 from hypothesis import assume, given, strategies as st
 
 from fedmm.algorithms.central import (CONSISTENT_LEVELS, between_variance, central_update, centre_margin, linear_shrinkage,
-                           pooling_share)
+                           on_centre, pooling_share)
 from scipy.stats import chi2
 
 problems = st.tuples(st.integers(2, 8), st.integers(1, 3), st.integers(1, 4), st.integers(0, 10 ** 6),
@@ -426,3 +426,20 @@ def test_linear_shrinkage_follows_an_order_of_the_clients_and_components(args, m
                   None if G is None else G[clients][:, components])
     np.testing.assert_allclose(moved.nu, lin.nu[clients][:, components], atol=1e-7)
     assert np.all((pooling_share(lin) >= 0) & (pooling_share(lin) <= 1))
+
+
+@given(args=problems)
+def test_blocks_without_rows_sit_on_their_centre(args):
+    """:func:`on_centre`: a client's component that holds no rows sits on the centre and is pooled; every other block,
+    the centre and the distances are the solution's."""
+    K, R, p, seed, lam, equal_sizes = args
+    theta, n_k = _problem(K, R, p, seed, equal_sizes)
+    central = central_update(theta, n_k, lam)
+    empty = np.random.RandomState(seed).rand(K, R) < 0.3
+    moved = on_centre(central, empty)
+    np.testing.assert_array_equal(moved.nu[empty], np.broadcast_to(central.center, theta.shape)[empty])
+    np.testing.assert_array_equal(moved.nu[~empty], central.nu[~empty])
+    np.testing.assert_array_equal(moved.pooled, central.pooled | empty)
+    np.testing.assert_array_equal(moved.center, central.center)
+    np.testing.assert_array_equal(moved.distance, central.distance)
+    assert on_centre(central, np.zeros((K, R), dtype=bool)) is central

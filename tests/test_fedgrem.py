@@ -381,6 +381,24 @@ def test_an_empty_component_counts_in_the_noise_units_at_its_clients_typical_var
     assert not np.array_equal(noise_scale(moved), noise_scale(scale))   # fails without the sizes
 
 
+def test_a_component_a_client_holds_no_rows_of_sits_on_the_centre():
+    """Two honest clients, each holding two of three components, and a party whose 200 rows lie on a ray from one
+    component's mean, out to 100 (it stretches the standard units): the component it holds alone is empty on both
+    honest clients. An empty component carries no information; it sits on the centre, pooled. Before, one such
+    component stayed off it, crept towards it by a threshold a round, and the fit ran to ``max_iter``."""
+    mu = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+    rng = np.random.RandomState(5)
+    honest = [mu[rng.choice(held, n)] + rng.randn(n, 2) for held, n in (([0, 1], 200), ([1, 2], 250))]
+    ray = -rng.uniform(0, 100, (200, 1)) * np.array([[1.0, 1.0]]) / np.sqrt(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FederatedGaussianMixture(3, max_iter=300, random_state=5).fit(honest + [ray])
+    empty = est.weights_ * np.array([200, 250, 200])[:, None] < 1e-8
+    assert empty.any() and est.pooled_[empty].all()
+    np.testing.assert_allclose(est.means_[empty], np.broadcast_to(est.center_, est.means_.shape)[empty])
+    assert est.converged_
+
+
 def test_rounds_settle_where_two_clients_of_three_hold_a_component_on_no_rows():
     """``make_federated_gmm``'s outlier client at a third of the federation: two clients of three hold a component
     on no rows. Their variances, the squared means the server last sent, set the noise units of that component, and

@@ -18,7 +18,8 @@ from scipy.stats import chi2
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from .central import CentralResult, GroupedResult, central_update, grouped_central_update, pooling_share, robust_centre
+from .central import (CentralResult, GroupedResult, central_update, grouped_central_update, on_centre, pooling_share,
+                      robust_centre)
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ..robust import TRIM, trusted_sizes
@@ -30,7 +31,7 @@ from .new_client import shrunk_client
 from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
                        scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
-from .variances import noise_scale, pool_variances, robust_scale
+from .variances import EMPTY_ROWS, noise_scale, pool_variances, robust_scale
 
 
 class Consensus(NamedTuple):
@@ -361,6 +362,7 @@ class FedGrEM(GradientStrategy):
             if lam != pilot:
                 grouped = self._central(theta, sizes, lam, grouped.labels, messages.n, solve)
         central, margin = self._refined(grouped.central, theta, sizes, weights, lam, solve, messages.n[:, None] * w0)
+        central = on_centre(central, messages.n[:, None] * messages.weights < EMPTY_ROWS)   # no rows: the centre
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -529,12 +531,12 @@ class FedGrEM(GradientStrategy):
         return rejects_estimate(result.params, result.loglik, own, n_k, n_parameters, located_loglik, among=suspect)
 
     def may_keep_moving(self, diagnostics, params, n_k):
-        """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of their components pooled,
-        while they are fewer than a third of the clients (the theory's limit): the centre no longer follows them,
-        so the others' estimates are settled whatever they do (a party that shifts its estimate every round,
-        measured: 1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop where they
-        are."""
-        apart = 2 * diagnostics.pooled.sum(axis=1) < diagnostics.pooled.shape[1]
+        """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of the components they hold rows
+        of pooled, while they are fewer than a third of the clients (the theory's limit): the centre no longer
+        follows them, so the others' estimates are settled whatever they do (a party that shifts its estimate every
+        round, measured: 1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop there."""
+        held = n_k[:, None] * params.weights >= EMPTY_ROWS
+        apart = 2 * (diagnostics.pooled & held).sum(axis=1) < held.sum(axis=1)
         if apart.any():    # the scores (a trigamma per client and component) only where a client may be apart
             apart &= self._outlier_scores(diagnostics, params, n_k) > 1.0
         return apart if 3 * apart.sum() < len(n_k) else None
@@ -583,14 +585,12 @@ def centre_cost(R, p, n_total):
 def _penalized_loglik(result):
     """Each client's ``log-likelihood - sqrt(n_k) lambda sum_r w_kr ||nu_kr - nu_bar_r||`` at the end of a run.
 
-    The central problem's penalty (Algorithm 1) in log-likelihood units: its
-    quadratic ``n_k/2 ||nu - theta_tilde||^2`` stands for a log-likelihood of
-    curvature ``n_k w_r`` (the gradient step scales component ``r`` by
-    ``1 / w_r``), so each component's penalty carries its weight. An empty
-    component therefore earns nothing by sitting at the centre.
-    ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold. Runs are compared at one ``lambda``:
-    under ``penalty="sure"`` the schedule's (``Consensus.objective_scale``), since a run whose clients
-    drifted apart would otherwise choose a small ``lambda`` and be charged little for it.
+    The central problem's penalty (Algorithm 1) in log-likelihood units: its quadratic ``n_k/2 ||nu -
+    theta_tilde||^2`` stands for a log-likelihood of curvature ``n_k w_r`` (the gradient step scales component ``r``
+    by ``1 / w_r``), so each component's penalty carries its weight: an empty component earns nothing by sitting at
+    the centre. ``sqrt(n_k) lambda`` is ``n_k`` times the pooling threshold. Runs are compared at one ``lambda``:
+    under ``penalty="sure"`` the schedule's (``Consensus.objective_scale``), since a run whose clients drifted apart
+    would otherwise choose a small ``lambda`` and be charged little for it.
     """
     c = result.diagnostics
     gap = np.maximum(c.distance - c.threshold * c.objective_scale, 0.0)

@@ -4,10 +4,10 @@ to them (:mod:`fedmm.algorithms.central.grouped`)."""
 
 from .grouped import GroupedResult, grouped_central_update, huber_costs, numbered_by_size
 from .single import (CONSISTENT_LEVELS, SOLVERS, CentralResult, between_variance, central_update, centre_margin,
-                     linear_shrinkage, pooling_share, robust_centre, soft_threshold)
+                     linear_shrinkage, on_centre, pooling_share, robust_centre, soft_threshold)
 # Importable from here as before the split: validation/bench_load.py times the compiled loop.
 from .single import _irls_loop  # noqa: F401
 
 __all__ = ["CentralResult", "central_update", "robust_centre", "soft_threshold", "pooling_share", "centre_margin",
-           "between_variance", "linear_shrinkage", "SOLVERS", "CONSISTENT_LEVELS", "GroupedResult",
+           "between_variance", "linear_shrinkage", "on_centre", "SOLVERS", "CONSISTENT_LEVELS", "GroupedResult",
            "grouped_central_update", "huber_costs", "numbered_by_size"]

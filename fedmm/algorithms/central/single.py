@@ -324,6 +324,17 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
     # Pooled: Delta_k = 0, i.e. not beyond the threshold (an empty component's is infinite).
     return CentralResult(nu, center, ~(distance > threshold), distance, threshold, it, converged)
 
+
+def on_centre(central, empty):
+    """``central`` with the blocks ``empty`` (K, R) moved onto their centre and pooled: a client's component that
+    holds none of its rows carries no information (a block's weight in the problem is the information in
+    ``theta_tilde_kr``, ``docs/fedgrem.md``), so the penalty alone decides it, and sits it on the centre."""
+    if not empty.any():
+        return central
+    center = np.broadcast_to(central.center, central.nu.shape)
+    return central._replace(nu=np.where(empty[..., None], center, central.nu), pooled=central.pooled | empty)
+
+
 def robust_centre(updates, share, clip):
     """The centre of FedGrEM's central problem (eq. (6); :func:`central_update`) over the clients' updates (K, m)
     with weights ``share`` and penalty ``clip``: the Huber M-estimate of their location, where a client farther
