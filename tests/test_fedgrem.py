@@ -364,20 +364,22 @@ def test_an_empty_component_counts_in_the_noise_units_at_its_clients_typical_var
     """A component a client holds no rows of has no variance estimate (its M-step gives the squared mean): it
     counts at the client's median over the components it holds, so where it sits cannot move the units; components
     with rows, and clients without empty ones, count as they are."""
-    from fedmm.algorithms.variances import EMPTY_ROWS, held_variances, noise_scale
+    from fedmm.algorithms.variances import EMPTY_ROWS, empty_components, held_variances, noise_scale
 
     rng = np.random.RandomState(0)
     scale, N = rng.uniform(0.5, 2.0, (3, 4, 2)), rng.uniform(10, 100, (3, 4))
     N[1, 3] = N[2, 3] = 0.0
     N[2, 0] = EMPTY_ROWS / 2
-    held = held_variances(scale, N)
+    empty = empty_components(np.full(3, 100.0), N / 100.0)
+    np.testing.assert_array_equal(np.flatnonzero(empty), [7, 8, 11])
+    held = held_variances(scale, empty)
     np.testing.assert_array_equal(held[0], scale[0])
     np.testing.assert_array_equal(held[1, :3], scale[1, :3])
     np.testing.assert_array_equal(held[1, 3], np.median(scale[1, :3], axis=0))
     np.testing.assert_array_equal(held[2, [0, 3]], np.broadcast_to(np.median(scale[2, 1:3], axis=0), (2, 2)))
     moved = scale.copy()
     moved[[1, 2], 3] = rng.uniform(1e-4, 1e-2, (2, 2))   # where the empty means sat, squared
-    np.testing.assert_array_equal(noise_scale(moved, N), noise_scale(scale, N))
+    np.testing.assert_array_equal(noise_scale(moved, empty), noise_scale(scale, empty))
     assert not np.array_equal(noise_scale(moved), noise_scale(scale))   # fails without the sizes
 
 

@@ -335,9 +335,9 @@ def test_rows_reject_an_estimate_beyond_the_chi_square_level_and_never_for_a_col
 def test_rows_reject_an_estimate_beyond_the_others_overfitting():
     """A mixture's likelihood ratio is not Wilks's chi-square: where every client's own fit gains three times the
     chi-square's median over the estimate (honest clients of the paper's MoR design at ``h = 0``: 2.4 times), the
-    statistics are divided by the others' median over the chi-square's, so only the client beyond the critical value
-    after that rejects its estimate; tested against the chi-square itself, every client would. A client whose own
-    fit alone counts is tested against the chi-square."""
+    suspects' statistics are divided by the median of the clients not under test over the chi-square's, so only the
+    client beyond the critical value after that rejects its estimate; tested against the chi-square itself, every
+    client would. Without three clients outside the test whose own fits count, the chi-square it is."""
     from scipy.stats import chi2
     from fedmm.algorithms.outliers import OWN_LEVEL, rejects_estimate
     from fedmm.families import MixtureParams
@@ -350,12 +350,15 @@ def test_rows_reject_an_estimate_beyond_the_others_overfitting():
     assert (statistic > critical).all()
     own = Start(params, None, statistic / 2.0)
     never = lambda which: np.zeros(K)   # noqa: E731: no client is left for the locations' test
-    n_k = np.full(K, 100.0)
-    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, never), [False] * 9 + [True])
+    n_k, suspect = np.full(K, 100.0), np.arange(K) >= 8     # client 8 suspected too: the null is the others'
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), own, n_k, q, never, suspect),
+                                  [False] * 9 + [True])
+    assert rejects_estimate(params, np.zeros(K), own, n_k, q, never).all()   # everyone tested: the chi-square
     statistic[9] = 2.0 * critical                          # beyond the chi-square, within the others' overfitting
     own = Start(params, None, statistic / 2.0)
-    assert not rejects_estimate(params, np.zeros(K), own, n_k, q, never).any()
+    assert not rejects_estimate(params, np.zeros(K), own, n_k, q, never, suspect).any()
     weights = np.tile([[0.001, 0.5, 0.499]], (K, 1))       # the others' own fits collapsed: none counts
     weights[9] = 1.0 / R
     alone = own._replace(params=params._replace(weights=weights))
-    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), alone, n_k, q, never), [False] * 9 + [True])
+    np.testing.assert_array_equal(rejects_estimate(params, np.zeros(K), alone, n_k, q, never, suspect),
+                                  [False] * 9 + [True])

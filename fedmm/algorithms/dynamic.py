@@ -37,7 +37,7 @@ from .. import _params as P
 from ..families import MixtureParams
 from ..protocol import Broadcast
 from ._base import GradientStrategy
-from .fedgrem import noise_scale
+from .variances import empty_components, noise_scale
 
 
 class DynamicGraphState(NamedTuple):
@@ -103,7 +103,8 @@ class DynamicGraph(GradientStrategy):
         """Update (1): each client's gradient step, minus the coupling to the clients within ``alpha_t``."""
         x = state.params.theta                                                          # x^t, (K, R, p)
         K, R, p = x.shape
-        sigma = noise_scale(state.family.coordinate_variances(messages.scale), messages.n[:, None] * messages.weights)
+        empty = empty_components(messages.n, messages.weights)
+        sigma = noise_scale(state.family.coordinate_variances(messages.scale), empty)
         high, low = self.thresholds(R, p)
         d2 = scaled_distances(x, sigma, messages.n[:, None] * messages.weights)
         graph = (d2 < max(high / t, low)) & ~np.eye(K, dtype=bool)

@@ -31,7 +31,7 @@ from .new_client import shrunk_client
 from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
                        scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
-from .variances import EMPTY_ROWS, noise_scale, pool_variances, robust_scale
+from .variances import empty_components, noise_scale, pool_variances, robust_scale
 
 
 class Consensus(NamedTuple):
@@ -346,7 +346,8 @@ class FedGrEM(GradientStrategy):
         ``"sure-floored"`` takes the larger of that choice and the schedule's ``scheduled``; both settle by
         :func:`settle_penalty` (``memory``).
         """
-        sigma = noise_scale(family.coordinate_variances(messages.scale), messages.n[:, None] * messages.weights)
+        empty = empty_components(messages.n, messages.weights)   # no rows: no variance of their own, on the centre
+        sigma = noise_scale(family.coordinate_variances(messages.scale), empty)
         theta, (sizes, weights) = messages.theta / sigma, self._blocks(messages.n, w0)
         if pull is not None and (pull < 1.0).any():
             weights = np.asarray(sizes if weights is None else weights, dtype=float)
@@ -362,7 +363,7 @@ class FedGrEM(GradientStrategy):
             if lam != pilot:
                 grouped = self._central(theta, sizes, lam, grouped.labels, messages.n, solve)
         central, margin = self._refined(grouped.central, theta, sizes, weights, lam, solve, messages.n[:, None] * w0)
-        central = on_centre(central, messages.n[:, None] * messages.weights < EMPTY_ROWS)   # no rows: the centre
+        central = on_centre(central, empty)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
                           "iterations; that round uses its last iterate (feasible, not optimal). Clients far "
@@ -451,10 +452,9 @@ class FedGrEM(GradientStrategy):
         # One centre: every client's is its row scaled, as a view (a (K, R, p) array per result: 40 MB at K = 10^5).
         row = c.center if c.center.ndim == 2 else c.center[0] if c.center.strides[0] == 0 else None
         center = c.center * state.sigma if row is None else np.broadcast_to(row * state.sigma, c.nu.shape)
-        return Consensus(center, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k),
-                         state.scale_pooled, np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)),
-                         state.grouped.labels, state.grouped.centers * state.sigma, state.grouped.main_distance,
-                         state.deviation)
+        return Consensus(center, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k), state.scale_pooled,
+                         np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)), state.grouped.labels,
+                         state.grouped.centers * state.sigma, state.grouped.main_distance, state.deviation)
 
     def center(self, diagnostics):
         """The largest group's centre."""
@@ -532,10 +532,10 @@ class FedGrEM(GradientStrategy):
 
     def may_keep_moving(self, diagnostics, params, n_k):
         """Suspected outliers (:func:`outlier_scores` above 1) with fewer than half of the components they hold rows
-        of pooled, while they are fewer than a third of the clients (the theory's limit): the centre no longer
-        follows them, so the others' estimates are settled whatever they do (a party that shifts its estimate every
-        round, measured: 1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop there."""
-        held = n_k[:, None] * params.weights >= EMPTY_ROWS
+        of pooled, while they are fewer than a third of the clients (the theory's limit): the centre no longer follows
+        them, so the others' estimates are settled whatever they do (a party that shifts its estimate every round,
+        1,000 rounds instead of 33, ``docs/threat-model.md``). Their own estimates stop there."""
+        held = ~empty_components(n_k, params.weights)
         apart = 2 * (diagnostics.pooled & held).sum(axis=1) < held.sum(axis=1)
         if apart.any():    # the scores (a trigamma per client and component) only where a client may be apart
             apart &= self._outlier_scores(diagnostics, params, n_k) > 1.0

@@ -147,27 +147,25 @@ def rejects_estimate(params, loglik, own, n_k, n_parameters, located_loglik, amo
     ``validation/every_client.py``'s 9 + 3, a component on one row: 37 nats above FedGrEM, its means 3 off).
 
     Both statistics are divided by the others' overfitting, ``max(1, m / median(chi2_q))``, ``m`` the median of the
-    other clients' whole statistics (over the own fits that count): the dispersion of a quasi-likelihood (McCullagh &
-    Nelder 1989), estimated from the clients the federation fits. Wilks's chi-square is the law of a
-    regular model's ratio; a mixture's is not (its likelihood is irregular where components overlap, Hartigan 1985),
-    and an own fit by EM from several starts gains more over the truth than the chi-square allows. On the paper's
-    MoR design at ``h = 0`` (every honest client's truth the consensus's) honest clients' statistics are 100-240
-    (median about 150, the chi-square's median 63) against a critical value of 105, and the suspects among them
-    took their own EM, up to 6.9 from the truth, in 8 fits of 40 (the design's mean largest error 0.343 -> 0.567,
-    with the outlier 0.371 -> 1.224). Where the model is regular the others' median is the chi-square's and the
-    tests are Wilks's (``validation/every_client.py``'s Gaussian shapes: 5-26 against a median of 19.3); with fewer
-    than three others whose own fits count, against the chi-square (``docs/research/every-client.md``).
+    whole statistics of the clients not under test (outside ``among``, over the own fits that count): the dispersion
+    of a quasi-likelihood (McCullagh & Nelder 1989), estimated from the clients the federation fits. Wilks's
+    chi-square is the law of a regular model's ratio; a mixture's is not (its likelihood is irregular where
+    components overlap, Hartigan 1985), and an own fit by EM from several starts gains more over the truth than the
+    chi-square allows. On the paper's MoR design at ``h = 0`` (every honest client's truth the consensus's) honest
+    clients' statistics are 100-240 (median about 150, the chi-square's median 63) against a critical value of 105,
+    and the suspects among them took their own EM, up to 6.9 from the truth, in 8 fits of 40 (the design's mean
+    largest error 0.343 -> 0.567, with the outlier 0.371 -> 1.224). Where the model is regular the others' median is
+    the chi-square's and the tests are Wilks's (``validation/every_client.py``'s Gaussian shapes: 5-26 against a
+    median of 19.3); with fewer than three such clients, against the chi-square (``docs/research/every-client.md``).
     """
     R, p = params.theta.shape[1:]
     sizes = n_k[:, None] * own.params.weights
     counts = (sizes >= (n_parameters - (R - 1)) / R).all(axis=1)
     tested = counts & (True if among is None else among)
     statistic = 2.0 * (own.own_loglik - loglik)
-    scale = np.ones(len(statistic))
-    for k in np.flatnonzero(tested):
-        others = counts & (np.arange(len(counts)) != k)
-        if others.sum() >= 3:      # a median of fewer is one or two clients' statistics, not the federation's
-            scale[k] = max(np.median(statistic[others]) / chi2.median(n_parameters), 1.0)
+    reference = counts & ~tested    # the clients not under test: no suspect sets its own null
+    # A median of fewer than three is one or two clients' statistics, not the federation's.
+    scale = max(np.median(statistic[reference]) / chi2.median(n_parameters), 1.0) if reference.sum() >= 3 else 1.0
     rejects = tested & (statistic / scale > chi2.isf(level, n_parameters))
     undecided = tested & ~rejects & (statistic / scale > chi2.isf(level, R * p))
     if undecided.any():

@@ -15,7 +15,7 @@ from .central import central_update
 EMPTY_ROWS = 1e-8
 
 
-def noise_scale(scale, N=None):
+def noise_scale(scale, empty=None):
     """``sigma_r``, the noise scale of every component (R, s): the root of the clients' median variance.
 
     The central problem (Algorithm 1) is stated for unit-variance noise: its
@@ -28,15 +28,21 @@ def noise_scale(scale, N=None):
     paper's problem unchanged when ``sigma_r = 1``. The median over clients
     keeps an outlier client's variances from setting the unit.
 
-    With the clients' component sizes ``N`` (K, R), a component a client holds no rows of counts at that client's
-    median variance over the components it holds (:func:`held_variances`).
+    With ``empty`` (K, R), the components the clients hold no rows of (:func:`empty_components`), each counts at
+    its client's median variance over the components it holds (:func:`held_variances`).
     """
-    return np.sqrt(client_median(scale if N is None else held_variances(scale, N)))
+    return np.sqrt(client_median(scale if empty is None else held_variances(scale, empty)))
 
 
-def held_variances(scale, N):
-    """The clients' variances (K, R, s) with each empty component's (``N_kr`` below :data:`EMPTY_ROWS`) replaced
-    by its client's median over the components it holds rows of.
+def empty_components(n_k, weights):
+    """(K, R) bool: the components each client holds no rows of, ``n_k w_kr`` below :data:`EMPTY_ROWS` (its claimed
+    size and proportions: a party that lies about them decides only its own components)."""
+    return n_k[:, None] * weights < EMPTY_ROWS
+
+
+def held_variances(scale, empty):
+    """The clients' variances (K, R, s) with each ``empty`` component's (:func:`empty_components`) replaced by its
+    client's median over the components it holds rows of.
 
     A client without rows in a component has no estimate of its variance: its M-step returns the squared mean
     (:data:`EMPTY_ROWS`), which follows where the server last put the mean. Counted in the median over clients, it
@@ -46,10 +52,9 @@ def held_variances(scale, N):
     what its rows say about a component's spread; the median over the clients holding rows alone, also tried, lets
     the few holders of a rare component set its unit, and was worse (``docs/research/performance.md``).
     """
-    empty = N < EMPTY_ROWS
     if not empty.any():
         return scale
-    scale = np.array(np.broadcast_to(scale, N.shape + scale.shape[-1:]), dtype=float)
+    scale = np.array(np.broadcast_to(scale, empty.shape + scale.shape[-1:]), dtype=float)
     fill_empty_medians(scale, empty)
     return scale
 

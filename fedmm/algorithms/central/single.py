@@ -327,8 +327,9 @@ def central_update(theta, n_k, lam, *, weights=None, metric=None, solver="irls",
 
 def on_centre(central, empty):
     """``central`` with the blocks ``empty`` (K, R) moved onto their centre and pooled: a client's component that
-    holds none of its rows carries no information (a block's weight in the problem is the information in
-    ``theta_tilde_kr``, ``docs/fedgrem.md``), so the penalty alone decides it, and sits it on the centre."""
+    holds none of its rows carries no information (a block's weight in the problem, eq. (6) of Algorithm 1 / App.
+    B.1 with fedmm's weights, is the information in ``theta_tilde_kr``, ``docs/fedgrem.md``), so the penalty alone
+    decides it, and sits it on the centre."""
     if not empty.any():
         return central
     center = np.broadcast_to(central.center, central.nu.shape)
