@@ -24,14 +24,12 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from .algorithms import GradientStrategy
-from .families import MixtureParams
-from sklearn.utils import check_random_state
-
 from .clients import LocalClients, as_clients, client_change, fit_weights
+from .families import MixtureParams
 from .protocol import put, take
 from .robust import first_best
 
-__all__ = ["DivergenceError", "FitResult", "Progress", "Participation", "LocalClients", "run_rounds", "run",
+__all__ = ["DivergenceError", "FitResult", "Progress", "LocalClients", "run_rounds", "run",
            "fit_restarts", "fit_weights", "drive", "passes", "single_pass", "best_of_starts", "side_by_side"]
 
 
@@ -121,38 +119,6 @@ class Progress:
 
 #: The progress of a fit nobody watches.
 SILENT = Progress(0)
-
-
-class Participation:
-    """Which clients a round hears: a sample of ``fraction`` of them, less those that drop out.
-
-    Every round after the first the server asks ``max(1, round(fraction K))`` clients drawn uniformly without
-    replacement (FedEM's client sampling, Marfoq et al. Sec. 4 and App. J.6), and each asked client fails to reply
-    with probability ``dropout``. The first round hears everyone: the start already needed every client (local
-    starts and their alignment). The server keeps every client's last message and uses it for the clients it did
-    not hear (as MIFA does, Gu et al., NeurIPS 2021; incremental EM for the pooled methods, Neal & Hinton 1998), so
-    FedGrEM's central problem still sees every client, outliers included; clients not heard keep their parameters
-    until they are next asked.
-
-    Parameters
-    ----------
-    fraction : float in (0, 1]
-    dropout : float in [0, 1)
-    random_state : int, RandomState or None
-    """
-
-    def __init__(self, fraction=1.0, dropout=0.0, random_state=None):
-        self.fraction, self.dropout = fraction, dropout
-        self.rng = check_random_state(random_state)
-
-    def __call__(self, t, K):
-        """(K,) bool, the clients heard in round ``t``; None when all are."""
-        if t == 1 or (self.fraction >= 1.0 and self.dropout == 0.0):
-            return None
-        asked = self.rng.choice(K, max(1, round(self.fraction * K)), replace=False)
-        heard = np.zeros(K, dtype=bool)
-        heard[asked[self.rng.random_sample(len(asked)) >= self.dropout]] = True
-        return heard
 
 
 def run_rounds(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
@@ -324,8 +290,9 @@ class _Pass:
     def rounds(self, max_iter, tol, progress, restart_next=None, also=None, first=None):
         """Rounds until the stopping rule or ``max_iter`` rounds in all; the pass so far as a :class:`FitResult`.
 
-        A generator of the queries it asks (:func:`drive`). ``also(params)``, a query about the final parameters, goes
-        with their log-likelihoods (answer: :attr:`also`); ``first``, the first round's replies if already asked."""
+        A generator of the queries it asks (:func:`drive`). ``also(params)``, a query about the final parameters or
+        None, goes with their log-likelihoods (answer: :attr:`also`); ``first``, the first round's replies if already
+        asked."""
         strategy, n_k = self.strategy, self.n_k
         K = len(n_k)
         if self.local:
@@ -362,10 +329,11 @@ class _Pass:
                 if self._settled(t, moved, mean_ll, mask, tol, restart_next):
                     converged = True
                     break
-            if also is None:
-                loglik = yield "loglik", self.params
+            ask = None if also is None else also(self.params)
+            if ask is None:
+                loglik, self.also = (yield "loglik", self.params), None
             else:
-                loglik, self.also = yield "together", [("loglik", self.params), also(self.params)]
+                loglik, self.also = yield "together", [("loglik", self.params), ask]
         _check_finite(strategy, self.params, loglik, self.t, bound)
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
@@ -474,23 +442,24 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
 def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, participation=None):
     """:func:`run` as a generator of its queries (:func:`drive`)."""
     current = _Pass(strategy, family, clients, start, participation)
-    result = yield from current.rounds(max_iter, tol, progress, restart_next=1)
+    ask = _restart_after(strategy, current, 1, 0, max_iter, tol)
+    result = yield from current.rounds(max_iter, tol, progress, restart_next=1, also=ask)
     done, label = [result], progress.label
     # The passes share max_iter rounds, as scikit-learn's n_iter_ never exceeds max_iter (before, a restart pass
     # and its settling pass had max_iter each): a restart needs a round for itself and one to settle.
     used = result.n_iter
     for attempt in itertools.count(1):
-        proposal = strategy.restart(result, attempt) if max_iter - used >= 2 else None
-        if proposal is None:
+        if ask.proposal is None:
             if current.deferred:  # it stopped for a restart that the rounds left no room for: it settles instead
                 done[-1] = yield from current.rounds(current.t + max_iter - used, tol, progress)
                 result = _joined(done, result.restarts, result.restarted)
             break
-        restart, fresh = proposal
-        restart = restart._replace(weights=(yield "fit_weights", restart, fresh, max_iter, tol))
+        restart, fresh = ask.proposal
+        restart = restart._replace(weights=current.also)
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
         trial_pass = _Pass(strategy, family, clients, restart, participation)
-        trial = yield from trial_pass.rounds(max_iter - used - 1, tol, progress, attempt + 1)
+        trial_ask = _restart_after(strategy, trial_pass, attempt + 1, used, max_iter, tol)
+        trial = yield from trial_pass.rounds(max_iter - used - 1, tol, progress, attempt + 1, also=trial_ask)
         used += trial.n_iter
         keep = ~fresh | strategy.keep_restart(result, trial)
         if not keep[fresh].any():
@@ -499,14 +468,29 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
                 done[-1] = yield from current.rounds(current.t + max_iter - used, tol, progress)
                 result = _joined(done, result.restarts, result.restarted)
             break
-        done, current = [result, trial], trial_pass
+        done, current, ask = [result, trial], trial_pass, trial_ask
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
             current = _Pass(strategy, family, clients, trial.params.where(keep, result.params), participation)
-            done.append((yield from current.rounds(max_iter - used, tol, progress, attempt + 1)))
+            ask = _restart_after(strategy, current, attempt + 1, used, max_iter, tol)
+            done.append((yield from current.rounds(max_iter - used, tol, progress, attempt + 1, also=ask)))
             used += done[-1].n_iter
         result = _joined(done, attempt, np.flatnonzero(fresh & keep))
     return result
+
+
+def _restart_after(strategy, current, attempt, used, max_iter, tol):
+    """``also`` for the rounds of the pass ``current`` (:meth:`_Pass.rounds`): the restart its end proposes
+    (:meth:`~fedmm.algorithms.Strategy.restart`, where the ``max_iter`` rounds leave it two after the ``used`` before
+    the pass), whose clients refit their proportions to it (:func:`fit_weights`) in the message that asks the pass's
+    last log-likelihoods, not in one of its own (issue 60). The proposal, ``(start, fresh)`` or None, is kept as the
+    function's ``proposal``; a trial pass's is used only where every client keeps the trial."""
+    def also(params):
+        room = max_iter - used - current.t >= 2 and params.is_finite().all()   # a diverged run is reported, not refit
+        also.proposal = strategy.restart(params, strategy.diagnostics(current.server), attempt) if room else None
+        return None if also.proposal is None else ("fit_weights", *also.proposal, max_iter, tol)
+    also.proposal = None
+    return also
 
 
 def single_pass(strategy, family, clients, start, max_iter, tol, also, first=None):

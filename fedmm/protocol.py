@@ -18,11 +18,12 @@ import contextlib
 from typing import NamedTuple, Protocol
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 from .families import MixtureParams
 
 __all__ = ["ClientMessage", "Broadcast", "Prior", "ClientState", "Ledger", "Rounds", "Transport", "calls", "take",
-           "stack", "put", "n_floats"]
+           "stack", "put", "n_floats", "Participation"]
 
 
 class ClientMessage(NamedTuple):
@@ -320,3 +321,35 @@ def calls(protocol):
         names.update(dict.fromkeys(getattr(cls, "__annotations__", {})))
         names.update(dict.fromkeys(k for k, v in vars(cls).items() if callable(v) and not k.startswith("_")))
     return tuple(names)
+
+
+class Participation:
+    """Which clients a round hears: a sample of ``fraction`` of them, less those that drop out.
+
+    Every round after the first the server asks ``max(1, round(fraction K))`` clients drawn uniformly without
+    replacement (FedEM's client sampling, Marfoq et al. Sec. 4 and App. J.6), and each asked client fails to reply
+    with probability ``dropout``. The first round hears everyone: the start already needed every client (local
+    starts and their alignment). The server keeps every client's last message and uses it for the clients it did
+    not hear (as MIFA does, Gu et al., NeurIPS 2021; incremental EM for the pooled methods, Neal & Hinton 1998), so
+    FedGrEM's central problem still sees every client, outliers included; clients not heard keep their parameters
+    until they are next asked.
+
+    Parameters
+    ----------
+    fraction : float in (0, 1]
+    dropout : float in [0, 1)
+    random_state : int, RandomState or None
+    """
+
+    def __init__(self, fraction=1.0, dropout=0.0, random_state=None):
+        self.fraction, self.dropout = fraction, dropout
+        self.rng = check_random_state(random_state)
+
+    def __call__(self, t, K):
+        """(K,) bool, the clients heard in round ``t``; None when all are."""
+        if t == 1 or (self.fraction >= 1.0 and self.dropout == 0.0):
+            return None
+        asked = self.rng.choice(K, max(1, round(self.fraction * K)), replace=False)
+        heard = np.zeros(K, dtype=bool)
+        heard[asked[self.rng.random_sample(len(asked)) >= self.dropout]] = True
+        return heard

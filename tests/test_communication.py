@@ -6,7 +6,8 @@ import pytest
 from fedmm import FederatedGaussianMixture
 from fedmm.methods import METHODS
 from fedmm.data import FederatedData
-from fedmm.engine import Participation, run, run_rounds
+from fedmm.engine import run, run_rounds
+from fedmm.protocol import Participation
 from fedmm.families import GaussianFamily, MixtureParams
 from fedmm.simulate import make_federated_gmm
 
@@ -275,6 +276,10 @@ def test_queries_of_several_kinds_go_in_one_message_and_give_the_same_fit(monkey
     # Local EM's own starts go with the trimmed pooled start's first round; that start's best candidate asks its last
     # log-likelihoods and its proportions' refit in one message.
     assert {"step+family_start", "loglik+fit_weights"} <= set(one["query"][one["phase"] == "start"])
+    # So does a pass that FedGrEM restarts: the restart's refit goes with the pass's last log-likelihoods (before, a
+    # query of its own: 11 queries in the rounds, now 10).
+    rounds = list(one["query"][one["phase"] == "rounds"])
+    assert "loglik+fit_weights" in rounds and "fit_weights" not in rounds and len(rounds) == 10
     for key in ("bytes_down", "bytes_up"):
         assert one[key].sum() == many[key].sum() == one[f"client_{key}"].sum()
     assert (one["messages_down"][mixed] == 6).all() and one["client_messages_down"].sum() == one["messages_down"].sum()

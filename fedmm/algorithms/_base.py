@@ -312,13 +312,13 @@ class Strategy(BaseEstimator, ABC):
 
     # --- restarts (called by the engine after a run) -------------------------------------
 
-    def restart(self, result, attempt):
-        """A further pass after ``result``: ``(start, fresh)`` with ``fresh`` (K,) the clients whose mixing
-        proportions are refitted to the new start, or None to stop."""
+    def restart(self, params, diagnostics, attempt):
+        """A further pass after a pass that ended at ``params`` and ``diagnostics``: ``(start, fresh)`` with
+        ``fresh`` (K,) the clients whose mixing proportions are refitted to the new start, or None to stop."""
         return None
 
     def restarting(self, diagnostics, attempt):
-        """(K,) bool: the clients :meth:`restart` ``(result, attempt)`` would start afresh were the pass to end
+        """(K,) bool: the clients :meth:`restart` ``(params, diagnostics, attempt)`` would start afresh were the pass to end
         at ``diagnostics``; None when no restart would follow. The engine ends a pass once only these still move."""
         return None
 
@@ -345,7 +345,7 @@ CLIENT_SERVER_CONSTRAINTS = {"participation": P.real(0.0, 1.0, low_open=True),
                              "dropout": P.real(0.0, 1.0, high_open=True)}
 CLIENT_SERVER_DOC = """participation : float in (0, 1], default=1.0
         The fraction of clients the server asks each round after the first, drawn from the estimator's
-        ``random_state``; it reuses the last message of the others (:class:`fedmm.engine.Participation`,
+        ``random_state``; it reuses the last message of the others (:class:`fedmm.protocol.Participation`,
         ``docs/decentralized.md``).
     dropout : float in [0, 1), default=0.0
         The probability that an asked client does not reply in a round (it is then treated as not asked)."""

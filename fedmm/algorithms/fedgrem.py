@@ -505,16 +505,15 @@ class FedGrEM(GradientStrategy):
             attributes["groups_"] = c.labels
         return attributes
 
-    def restart(self, result, attempt):
+    def restart(self, params, diagnostics, attempt):
         """Clients with an unpooled component restart from their group's consensus (``center_restarts`` times at
         most)."""
-        fresh = self.restarting(result.diagnostics, attempt)
+        fresh = self.restarting(diagnostics, attempt)
         if fresh is None:
             return None
         # Each client restarts from its own group's centre: from the largest group's, the clients of the others
         # dragged the groups that did not restart off their data in the pass that followed.
-        theta = np.where(fresh[:, None, None], result.diagnostics.center, result.params.theta)
-        return result.params._replace(theta=theta), fresh
+        return params._replace(theta=np.where(fresh[:, None, None], diagnostics.center, params.theta)), fresh
 
     def restarting(self, diagnostics, attempt):
         fresh = ~diagnostics.pooled.all(axis=1)

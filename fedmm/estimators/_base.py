@@ -16,7 +16,8 @@ from .. import _params as P
 from ..alignment import ALIGNMENT_METHODS
 from ..clients import LocalClients, fit_weights, server_side
 from ..data import FederatedData, check_component_sizes, check_components, check_copies, check_empty_components
-from ..engine import Participation, Progress, fit_restarts
+from ..engine import Progress, fit_restarts
+from ..protocol import Participation
 from ..families import MixtureParams
 from ..initialization import INITS, align_params, make_starts, with_own_fits
 from ..kernels import BACKENDS, resolve_backend

@@ -10,7 +10,7 @@ client that does not answer within ``timeout`` are logged with the node id (logg
 ``"fedmm.flower"``; also in :attr:`FlowerClients.rejections`):
 
 - in a round after a run's first, the client is not heard that round, and the server uses its last
-  message (as with partial participation, :class:`fedmm.engine.Participation`); fewer than
+  message (as with partial participation, :class:`fedmm.protocol.Participation`); fewer than
   ``min_clients`` replies fail the round with an error;
 - in any other query (its data's sums, its start, a run's first round, where no earlier message
   stands in for it) the client is left out of the federation and :func:`fit` starts again without it.
