@@ -621,3 +621,15 @@ def test_a_new_clients_mcp_threshold_keeps_far_components_and_pools_near_ones(ta
         np.testing.assert_allclose(mcp, u, rtol=1e-12, atol=1e-12)
     else:
         np.testing.assert_allclose(mcp, 1.5 * soft_threshold(u, tau_), rtol=1e-12, atol=1e-12)
+
+
+def test_an_honest_clients_variance_score_is_not_set_by_the_others_empty_components():
+    """``make_federated_gmm``'s outlier client at a quarter of four: two honest clients hold a component on no rows,
+    whose variances are only the squared means the server last sent (``update_scale``). Counted in the median the
+    variance scores measure from, they flagged the honest client that held rows of it (d-FedGrEM: score 4.14); an empty
+    component now counts at its client's typical variance (:func:`fedmm.algorithms.variances.held_variances`)."""
+    X, _ = make_federated_gmm(n_clients=4, n_samples=120, outlier_clients=[3], random_state=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FederatedGaussianMixture(5, method="d-fedgrem", random_state=10).fit(X)
+    assert (est.outlier_scores_[:3] < 1.0).all()

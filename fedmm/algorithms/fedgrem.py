@@ -31,7 +31,7 @@ from .new_client import shrunk_client
 from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
                        scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
-from .variances import empty_components, noise_scale, pool_variances, robust_scale
+from .variances import empty_components, held_variances, noise_scale, pool_variances, robust_scale
 
 
 class Consensus(NamedTuple):
@@ -116,7 +116,7 @@ class Pooled(NamedTuple):
     scale_pooled : ndarray of bool
         Which variances were pooled.
     own_scale : ndarray
-        Each client's variances at ``nu`` before any pooling.
+        Each client's variances at ``nu`` before any pooling, an empty component's its typical one.
     warned : bool
         Whether the unconverged central problem has been warned of.
     lam, memory
@@ -373,7 +373,8 @@ class FedGrEM(GradientStrategy):
         nu = central.nu * sigma
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
-        scale = own_scale = family.update_scale(messages.stats, nu)
+        scale = family.update_scale(messages.stats, nu)
+        own_scale = held_variances(scale, empty) if family.scale_per_component else scale   # for the median's sake
         scale_pooled = np.zeros_like(central.pooled)
         if self.pool_variances == "robust":
             sizes = self._sizes(messages.n, w0) if family.scale_per_component else messages.n
