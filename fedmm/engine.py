@@ -330,6 +330,12 @@ class _Pass:
                     converged = True
                     break
             ask = None if also is None else also(self.params)
+            diagnostics = strategy.diagnostics(self.server)
+            # Only a pass stopped for a restart resumes (passes), and its first round hears all unless some sit out:
+            # what no round needs again goes before the last query (the replies, the server's state: ten (K, R, p)
+            # arrays beside what the query's E-steps, and a restart's refit with them, hold).
+            self.messages = self.messages if self.deferred and (self.tail or self.participation is not None) else None
+            self.start, self.server = (self.start, self.server) if self.deferred else (None, None)
             if ask is None:
                 loglik, self.also = (yield "loglik", self.params), None
             else:
@@ -338,12 +344,7 @@ class _Pass:
         if strategy.ascent:
             _check_progress(strategy, self.start_loglik.sum(), loglik.sum())
         progress.end(self.t, converged, loglik.sum() / n_k.sum())
-        result = FitResult(self.params, self.t, converged, self._records(), loglik, strategy.diagnostics(self.server))
-        # Only a pass stopped for a restart resumes (passes), and its first round hears all unless some sit out: what
-        # no round needs again goes (the replies, the server's state: ten (K, R, p) arrays beside the next pass's).
-        self.messages = self.messages if self.deferred and (self.tail or self.participation is not None) else None
-        self.start, self.server = (self.start, self.server) if self.deferred else (None, None)
-        return result
+        return FitResult(self.params, self.t, converged, self._records(), loglik, diagnostics)
 
     def _local_rounds(self, max_iter, tol, progress):
         """:meth:`rounds` of a method that runs on its own (:attr:`~fedmm.algorithms.Strategy.local`): every client
@@ -442,7 +443,7 @@ def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=S
 def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, participation=None):
     """:func:`run` as a generator of its queries (:func:`drive`)."""
     current = _Pass(strategy, family, clients, start, participation)
-    ask = _restart_after(strategy, current, 1, 0, max_iter, tol)
+    ask = _RestartAsk(strategy, current, 1, 0, max_iter, tol)
     result = yield from current.rounds(max_iter, tol, progress, restart_next=1, also=ask)
     done, label = [result], progress.label
     # The passes share max_iter rounds, as scikit-learn's n_iter_ never exceeds max_iter (before, a restart pass
@@ -458,7 +459,7 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
         restart = restart._replace(weights=current.also)
         progress.begin(f"{label}, restart pass {attempt} ({fresh.sum()} clients)")
         trial_pass = _Pass(strategy, family, clients, restart, participation)
-        trial_ask = _restart_after(strategy, trial_pass, attempt + 1, used, max_iter, tol)
+        trial_ask = _RestartAsk(strategy, trial_pass, attempt + 1, used, max_iter, tol)
         trial = yield from trial_pass.rounds(max_iter - used - 1, tol, progress, attempt + 1, also=trial_ask)
         used += trial.n_iter
         keep = ~fresh | strategy.keep_restart(result, trial)
@@ -472,25 +473,32 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
             current = _Pass(strategy, family, clients, trial.params.where(keep, result.params), participation)
-            ask = _restart_after(strategy, current, attempt + 1, used, max_iter, tol)
+            ask = _RestartAsk(strategy, current, attempt + 1, used, max_iter, tol)
             done.append((yield from current.rounds(max_iter - used, tol, progress, attempt + 1, also=ask)))
             used += done[-1].n_iter
         result = _joined(done, attempt, np.flatnonzero(fresh & keep))
     return result
 
 
-def _restart_after(strategy, current, attempt, used, max_iter, tol):
+class _RestartAsk:
     """``also`` for the rounds of the pass ``current`` (:meth:`_Pass.rounds`): the restart its end proposes
     (:meth:`~fedmm.algorithms.Strategy.restart`, where the ``max_iter`` rounds leave it two after the ``used`` before
     the pass), whose clients refit their proportions to it (:func:`fit_weights`) in the message that asks the pass's
-    last log-likelihoods, not in one of its own (issue 60). The proposal, ``(start, fresh)`` or None, is kept as the
-    function's ``proposal``; a trial pass's is used only where every client keeps the trial."""
-    def also(params):
-        room = max_iter - used - current.t >= 2 and params.is_finite().all()   # a diverged run is reported, not refit
-        also.proposal = strategy.restart(params, strategy.diagnostics(current.server), attempt) if room else None
-        return None if also.proposal is None else ("fit_weights", *also.proposal, max_iter, tol)
-    also.proposal = None
-    return also
+    last log-likelihoods, not in one of its own (issue 60). The proposal, ``(start, fresh)`` or None, is kept in
+    :attr:`proposal`; a trial pass's is used only where every client keeps the trial. A class, not a closure that
+    keeps its proposal on itself: that is a reference cycle, and it held each finished pass (ten (K, R, p) arrays)
+    until the garbage collector ran, 160 MB more at the peak of 10^5 clients."""
+
+    def __init__(self, strategy, current, attempt, used, max_iter, tol):
+        self.strategy, self.current, self.attempt, self.used, self.max_iter, self.tol = \
+            strategy, current, attempt, used, max_iter, tol
+        self.proposal = None
+
+    def __call__(self, params):
+        room = self.max_iter - self.used - self.current.t >= 2 and params.is_finite().all()   # a diverged run: reported
+        self.proposal = self.strategy.restart(params, self.strategy.diagnostics(self.current.server), self.attempt) \
+            if room else None
+        return None if self.proposal is None else ("fit_weights", *self.proposal, self.max_iter, self.tol)
 
 
 def single_pass(strategy, family, clients, start, max_iter, tol, also, first=None):

@@ -623,13 +623,23 @@ def test_a_new_clients_mcp_threshold_keeps_far_components_and_pools_near_ones(ta
         np.testing.assert_allclose(mcp, 1.5 * soft_threshold(u, tau_), rtol=1e-12, atol=1e-12)
 
 
-def test_an_honest_clients_variance_score_is_not_set_by_the_others_empty_components():
-    """``make_federated_gmm``'s outlier client at a quarter of four: two honest clients hold a component on no rows,
-    whose variances are only the squared means the server last sent (``update_scale``). Counted in the median the
-    variance scores measure from, they flagged the honest client that held rows of it (d-FedGrEM: score 4.14); an empty
-    component now counts at its client's typical variance (:func:`fedmm.algorithms.variances.held_variances`)."""
-    X, _ = make_federated_gmm(n_clients=4, n_samples=120, outlier_clients=[3], random_state=10)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est = FederatedGaussianMixture(5, method="d-fedgrem", random_state=10).fit(X)
-    assert (est.outlier_scores_[:3] < 1.0).all()
+def test_an_honest_clients_variance_deviation_is_not_set_by_the_others_empty_components():
+    """Two clients of three hold a component on no rows: their variances there are only the squared means the server
+    last sent (``update_scale``). Counted in the median the variance scores measure from, they set it, and the client
+    that held rows of the component deviated from it by ``log(1 / mu^2) / sqrt(2)`` (d-FedGrEM on
+    ``make_federated_gmm(4, 120, outlier_clients=[3], random_state=10)`` scored an honest client 4.14; 1.00 now).
+    An empty component counts at its client's median over the components it holds rows of."""
+    from fedmm.algorithms.outliers import scale_deviation
+    from fedmm.families import GaussianFamily
+    rng = np.random.RandomState(0)
+    scale = rng.uniform(0.5, 2.0, (3, 4, 2))
+    empty = np.zeros((3, 4), dtype=bool)
+    empty[1:, 3] = True
+    scale[1:, 3] = rng.uniform(1e-4, 1e-2, (2, 2))           # where the empty means sat, squared
+    family, everyone = GaussianFamily("diag"), np.ones(3, dtype=bool)
+    deviation = scale_deviation(family, scale, 2, everyone, empty)
+    assert np.abs(deviation[0, 3]).max() < np.log(4.0) / np.sqrt(2.0)   # within the held variances' range
+    assert np.abs(scale_deviation(family, scale, 2, everyone)[0, 3]).min() > 2.0    # the squared means' median
+    moved = scale.copy()
+    moved[1:, 3] = rng.uniform(1e-4, 1e-2, (2, 2))
+    np.testing.assert_array_equal(scale_deviation(family, moved, 2, everyone, empty)[0], deviation[0])

@@ -37,6 +37,7 @@ from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import DFedEM, mixing_schedule
 from ._base import Strategy
 from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule, scale_deviation
+from .variances import empty_components
 
 
 class DFedGrEMState(NamedTuple):
@@ -125,13 +126,15 @@ class DFedGrEM(FedGrEM):
             central = grouped.central
             memories.append(memory)
             i = np.searchsorted(near, k)
+            empty = empty_components(messages.n[near], messages.weights[near])
+            deviation = scale_deviation(family, own_scale, p, np.ones(len(near), bool), empty)
             rows.append(take(params, i))
             accounts.append(Consensus(central.center[None] * sigma, central.pooled[i:i + 1],
                                       central.distance[i:i + 1], central.threshold[i:i + 1],
                                       np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1],
                                       np.array([[objective_scale(lam, scheduled)]]), np.array([k]),
                                       central.center[None] * sigma, central.distance[i:i + 1],
-                                      scale_deviation(family, own_scale, p, np.ones(len(near), bool))[i:i + 1]))
+                                      deviation[i:i + 1]))
             lams.append(lam)
             iterations = max(iterations, central.n_iter)
         params = stack(rows)

@@ -31,7 +31,7 @@ from .new_client import shrunk_client
 from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
                        scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
-from .variances import empty_components, held_variances, noise_scale, pool_variances, robust_scale
+from .variances import empty_components, noise_scale, pool_variances, robust_scale
 
 
 class Consensus(NamedTuple):
@@ -116,7 +116,7 @@ class Pooled(NamedTuple):
     scale_pooled : ndarray of bool
         Which variances were pooled.
     own_scale : ndarray
-        Each client's variances at ``nu`` before any pooling, an empty component's its typical one.
+        Each client's variances at ``nu`` before any pooling.
     warned : bool
         Whether the unconverged central problem has been warned of.
     lam, memory
@@ -322,7 +322,8 @@ class FedGrEM(GradientStrategy):
         pull = centre_pull(grouped.central.distance, messages.n[:, None] * messages.weights, messages.theta.shape[-1]) \
             if self.reweighting and len(grouped.centers) == 1 else None
         # Once a round, not at every look at the diagnostics (the engine looks up to three times a round).
-        deviation = scale_deviation(state.family, pooled.own_scale, grouped.central.nu.shape[-1], grouped.labels == 0)
+        deviation = scale_deviation(state.family, pooled.own_scale, messages.theta.shape[-1], grouped.labels == 0,
+                                    empty_components(messages.n, messages.weights))
         return Broadcast(pooled.params), state._replace(
             lam=pooled.lam, lam_objective=state.schedule(t), central=grouped.central, sigma=pooled.sigma,
             scale_pooled=pooled.scale_pooled, pull=pull, warned=pooled.warned,
@@ -373,8 +374,7 @@ class FedGrEM(GradientStrategy):
         nu = central.nu * sigma
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
-        scale = family.update_scale(messages.stats, nu)
-        own_scale = held_variances(scale, empty) if family.scale_per_component else scale   # for the median's sake
+        scale = own_scale = family.update_scale(messages.stats, nu)
         scale_pooled = np.zeros_like(central.pooled)
         if self.pool_variances == "robust":
             sizes = self._sizes(messages.n, w0) if family.scale_per_component else messages.n

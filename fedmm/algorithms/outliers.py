@@ -6,6 +6,7 @@ import numpy as np
 from scipy.special import polygamma
 from scipy.stats import beta, chi2
 
+from ..reductions import fill_empty_medians
 from ..robust import client_median
 
 #: Level of the outlier test per client (:func:`outlier_scores`).
@@ -78,12 +79,17 @@ def centre_pull(distance, N, p):
     return pull if 3 * (pull < 1.0).sum() < len(pull) else np.ones(len(pull))
 
 
-def scale_deviation(family, scale, n_features, reference):
+def scale_deviation(family, scale, n_features, reference, empty=None):
     """(K, R or 1, q) each client's variances ``scale`` from the median client's among ``reference`` (a mask),
     coordinate by coordinate as log-variances in noise units (:meth:`fedmm.families.Family.log_scale`): a
     variance estimated from ``N_kr`` samples has ``N_kr ||deviation_kr||^2`` about ``chi2_q``, the null law
-    :func:`outlier_scores` calibrates. Ratios of variances, so the same in any units."""
+    :func:`outlier_scores` calibrates. Ratios of variances, so the same in any units. An ``empty`` component
+    (:func:`fedmm.algorithms.variances.empty_components`) has no variance of its own, only the squared mean the
+    server last sent: it counts in the median at its client's median over the components it holds rows of, as in
+    the noise units (:func:`fedmm.algorithms.variances.held_variances`)."""
     v = family.log_scale(scale, n_features)
+    if empty is not None and v.shape[1] == empty.shape[1] and empty.any():
+        fill_empty_medians(v, empty)    # in place: v is the logarithms' own array
     return v - client_median(v if reference.all() else v[reference])
 
 
