@@ -315,7 +315,7 @@ class FedGrEM(GradientStrategy):
         pooled = self._pool(messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t),
                             state.lam_memory, state.w0, None if state.grouped is None else state.grouped.labels,
                             state.pull)
-        grouped = pooled.grouped
+        grouped = pooled.grouped._replace(central=pooled.grouped.central._replace(nu=None))   # in the broadcast
         # With several centres a client far from the largest group's is another group's, and the grouped problem
         # decides where it belongs: reweighted there, a regression client lost its pull on its own group's centre
         # and joined the other group (tests/test_groups.py).
@@ -452,7 +452,7 @@ class FedGrEM(GradientStrategy):
         n_k = state.n_k[:, None]
         # One centre: every client's is its row scaled, as a view (a (K, R, p) array per result: 40 MB at K = 10^5).
         row = c.center if c.center.ndim == 2 else c.center[0] if c.center.strides[0] == 0 else None
-        center = c.center * state.sigma if row is None else np.broadcast_to(row * state.sigma, c.nu.shape)
+        center = c.center * state.sigma if row is None else np.broadcast_to(row * state.sigma, (len(n_k), *row.shape))
         return Consensus(center, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k), state.scale_pooled,
                          np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)), state.grouped.labels,
                          state.grouped.centers * state.sigma, state.grouped.main_distance, state.deviation)
