@@ -380,7 +380,7 @@ def test_an_empty_component_counts_in_the_noise_units_at_its_clients_typical_var
     moved = scale.copy()
     moved[[1, 2], 3] = rng.uniform(1e-4, 1e-2, (2, 2))   # where the empty means sat, squared
     np.testing.assert_array_equal(noise_scale(moved, empty), noise_scale(scale, empty))
-    assert not np.array_equal(noise_scale(moved), noise_scale(scale))   # fails without the sizes
+    assert not np.array_equal(noise_scale(moved), noise_scale(scale))   # fails without the empty components
 
 
 def test_a_component_a_client_holds_no_rows_of_sits_on_the_centre():
