@@ -215,6 +215,7 @@ def drive(clients, runs):
         for slot, where, several in asking:
             mine = [answers[kind][position] for kind, position in where]
             advance(slot, mine if several else mine[0])
+        answers = mine = None   # the runs hold what they keep: not through the next message's replies
     return results
 
 
@@ -307,6 +308,8 @@ class _Pass:
             while self.t < max_iter:
                 self.t = t = self.t + 1
                 asked = self._asked(t, K, np.flatnonzero(~self.calm) if self.tail else None)
+                if asked is None:   # every client replies anew: the last replies go first (165 MB at 10^5 clients)
+                    self.messages = replies = None
                 replies, heard = first if t == 1 and first is not None else \
                     (yield "step", strategy, self.broadcast, asked) if asked is None or asked.size else (None, asked)
                 everyone = self._hear(replies, heard, K)
@@ -319,10 +322,11 @@ class _Pass:
                 _check_finite(strategy, new, self.messages.loglik, t, bound)
                 mean_ll = self.messages.loglik / n_k
                 moved = client_change(new, self.params)
-                sent = (self.messages, self.broadcast) if everyone else \
-                    (take(self.messages, heard), take(self.broadcast, heard))
+                # Not kept in a name: until the next round's, the replies would outlive the round (164 MB at 10^5).
                 self.history.append({"log_likelihood": self.messages.loglik.sum() / n_k.sum(),
-                                     "parameter_change": moved.max(), **strategy.communication(*sent, self.server),
+                                     "parameter_change": moved.max(),
+                                     **strategy.communication(*((self.messages, self.broadcast) if everyone else (
+                                         take(self.messages, heard), take(self.broadcast, heard))), self.server),
                                      **strategy.round_info(self.server)})
                 progress.round(t, self.history[-1])
                 self.params = new
@@ -428,12 +432,10 @@ class _Pass:
 def run(strategy, family, data, start, max_iter, tol, mode="batched", progress=SILENT, participation=None):
     """Rounds from ``start``, then the further passes the strategy asks for.
 
-    After each pass the engine asks :meth:`~fedmm.algorithms.Strategy.restart`
-    for a new start and the clients to refit their proportions to it
-    (:func:`fit_weights`); runs it; keeps it for the clients
-    :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some
-    refuse, settles the mixed state with one more pass. A pass that a restart
-    follows may stop while the few clients it would start afresh still move
+    After each pass the engine asks :meth:`~fedmm.algorithms.Strategy.restart` for a new start and the clients to refit
+    their proportions to it (:func:`fit_weights`); runs it; keeps it for the clients
+    :meth:`~fedmm.algorithms.Strategy.keep_restart` accepts; and, when some refuse, settles the mixed state with one
+    more pass. A pass that a restart follows may stop while the few clients it would start afresh still move
     (:class:`_Pass`); if none of them keeps the restart, that pass resumes.
     """
     clients = as_clients(family, data, mode)
@@ -469,10 +471,12 @@ def passes(strategy, family, clients, start, max_iter, tol, progress=SILENT, par
                 done[-1] = yield from current.rounds(current.t + max_iter - used, tol, progress)
                 result = _joined(done, result.restarts, result.restarted)
             break
-        done, current, ask = [result, trial], trial_pass, trial_ask
+        done, current, ask = [_rounds_only(result), trial], trial_pass, trial_ask
         if not keep.all():
             progress.begin(f"{label}, restart pass {attempt} settled")
             current = _Pass(strategy, family, clients, trial.params.where(keep, result.params), participation)
+            done = [_rounds_only(p) for p in done]   # only the two passes' rounds count from here (_joined)
+            del result, trial, trial_pass, trial_ask, restart   # and the rest goes: 200 MB at 10^5 clients
             ask = _RestartAsk(strategy, current, attempt + 1, used, max_iter, tol)
             done.append((yield from current.rounds(max_iter - used, tol, progress, attempt + 1, also=ask)))
             used += done[-1].n_iter
@@ -485,9 +489,8 @@ class _RestartAsk:
     (:meth:`~fedmm.algorithms.Strategy.restart`, where the ``max_iter`` rounds leave it two after the ``used`` before
     the pass), whose clients refit their proportions to it (:func:`fit_weights`) in the message that asks the pass's
     last log-likelihoods, not in one of its own (issue 60). The proposal, ``(start, fresh)`` or None, is kept in
-    :attr:`proposal`; a trial pass's is used only where every client keeps the trial. A class, not a closure that
-    keeps its proposal on itself: that is a reference cycle, and it held each finished pass (ten (K, R, p) arrays)
-    until the garbage collector ran, 160 MB more at the peak of 10^5 clients."""
+    :attr:`proposal`; a trial pass's is used only where every client keeps the trial. A class: a closure keeping its
+    proposal on itself is a reference cycle, which held each finished pass until the garbage collector ran."""
 
     def __init__(self, strategy, current, attempt, used, max_iter, tol):
         self.strategy, self.current, self.attempt, self.used, self.max_iter, self.tol = \
@@ -507,6 +510,11 @@ def single_pass(strategy, family, clients, start, max_iter, tol, also, first=Non
     current = _Pass(strategy, family, clients, start, None)
     result = yield from current.rounds(max_iter, tol, SILENT, also=also, first=first)
     return result, current.also
+
+
+def _rounds_only(result):
+    """A pass's :class:`FitResult` as an earlier pass of a run needs it (:func:`_joined`): its rounds only."""
+    return result._replace(params=None, loglik=None, diagnostics=None)
 
 
 def _joined(passes, restarts, restarted):

@@ -388,3 +388,50 @@ def test_a_fit_leaves_no_pass_for_the_garbage_collector():
         gc.enable()
     assert "loglik+fit_weights" in fit.communication_["query"][fit.communication_["phase"] == "rounds"]  # a restart
     assert left == 0
+
+
+def test_no_rounds_replies_outlive_the_next_message(monkeypatch):
+    """While the clients compute a round's replies, no earlier round's are held: the pass drops its last replies
+    before it asks every client again, and the engine holds none through the next message (a round's replies
+    are four (K, R, p) arrays, 165 MB at 10^5 clients, where the runs go one at a time, as here)."""
+    import gc
+
+    import fedmm.engine as engine
+    from fedmm.protocol import ClientMessage
+    from fedmm.simulate import make_federated_gmm
+    X, _ = make_federated_gmm(6, 120, outlier_clients=[5], random_state=0)
+    monkeypatch.setattr(engine, "side_by_side", lambda n_clients: 1)
+    held = []
+    together = LocalClients.together
+
+    def counting(self, batch):
+        if self.ledger.phase == "rounds" and "step" in batch:
+            held.append(sum(type(o) is ClientMessage for o in gc.get_objects()))
+        return together(self, batch)
+
+    monkeypatch.setattr(LocalClients, "together", counting)
+    fit = FederatedGaussianMixture(5, random_state=0).fit(X)
+    assert "loglik+fit_weights" in fit.communication_["query"][fit.communication_["phase"] == "rounds"]  # a restart
+    assert len(held) > 10 and max(held) == 0
+
+
+def test_only_the_finalists_keep_their_look_ahead_replies():
+    """The trimmed pooled start's candidates keep their look-ahead round's replies only while among the best
+    FINALISTS ended so far (``fedmm.initialization._Finalists``): the finalists keep them, the others hold none."""
+    from fedmm.initialization import FINALISTS, _Finalists
+    from fedmm.robust import best_few
+
+    def run(score):
+        yield from ()                  # a candidate's run that asks nothing: its value is (result, replies)
+        return score, object()
+
+    scores = np.random.RandomState(0).permutation(12).astype(float)
+    board = _Finalists(len(scores), lambda value: value[0])
+    values = []
+    for i, score in enumerate(scores):
+        generator = board.entered(i, run(score))
+        with pytest.raises(StopIteration) as stop:
+            next(generator)
+        values.append(stop.value.value)
+    kept = {i for i, value in enumerate(values) if value[1] is not None}
+    assert kept == set(best_few(scores, FINALISTS))

@@ -36,7 +36,7 @@ from .. import graphs
 from ..protocol import Broadcast, n_floats, stack, take
 from .dfedem import DFedEM, mixing_schedule
 from ._base import Strategy
-from .fedgrem import Consensus, FedGrEM, objective_scale, penalty_schedule, scale_deviation
+from .fedgrem import Consensus, FedGrEM, deviation_norms, objective_scale, penalty_schedule, scale_deviation
 from .variances import empty_components
 
 
@@ -134,7 +134,7 @@ class DFedGrEM(FedGrEM):
                                       np.array([[lam * np.sqrt(messages.n[k])]]), scale_pooled[i:i + 1],
                                       np.array([[objective_scale(lam, scheduled)]]), np.array([k]),
                                       central.center[None] * sigma, central.distance[i:i + 1],
-                                      deviation[i:i + 1]))
+                                      deviation_norms(deviation[i:i + 1]), np.array([[q]])))
             lams.append(lam)
             iterations = max(iterations, central.n_iter)
         params = stack(rows)

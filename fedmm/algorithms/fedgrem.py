@@ -28,8 +28,8 @@ from .. import _params as P
 from ._base import CLIENT_SERVER_CONSTRAINTS, CLIENT_SERVER_DOC, GradientStrategy, PrivateForm
 # FedGrEM's parts, each in a module of its own; their names stay importable from here.
 from .new_client import shrunk_client
-from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, outlier_scores, rejects_estimate,  # noqa: F401
-                       scale_deviation, sole_holders, variance_information, variance_scores)
+from .outliers import (OUTLIER_LEVEL, VARIANCE_LEVEL, centre_pull, deviation_norms, outlier_scores,  # noqa: F401
+                       rejects_estimate, scale_deviation, sole_holders, variance_information, variance_scores)
 from .penalty import PENALTIES, SURE_PENALTIES, objective_scale, penalty_schedule, settle_penalty
 from .variances import empty_components, noise_scale, pool_variances, robust_scale
 
@@ -63,9 +63,11 @@ class Consensus(NamedTuple):
     main_distance : ndarray of shape (K, R)
         ``||theta_tilde_kr - nu_bar_0r||`` in noise units: to the largest group's centre (``distance`` in
         that group).
-    scale_deviation : ndarray of shape (K, R or 1, q)
-        Each client's own variances at ``nu`` from the largest group's median client's, as log-variances in
-        noise units (:func:`scale_deviation`).
+    scale_distance : ndarray of shape (K, R or 1)
+        How far each client's own variances at ``nu`` lie from the largest group's median client's:
+        ``||deviation_kr||`` of their log-variances in noise units (:func:`scale_deviation`).
+    scale_dof : ndarray of shape (K, 1), int
+        The ``q`` coordinates of each deviation (the norm's degrees of freedom, :func:`variance_scores`).
     """
 
     center: np.ndarray
@@ -78,12 +80,13 @@ class Consensus(NamedTuple):
     labels: np.ndarray
     centers: np.ndarray
     main_distance: np.ndarray
-    scale_deviation: np.ndarray
+    scale_distance: np.ndarray
+    scale_dof: np.ndarray
 
 
 class FedGrEMState(NamedTuple):
     """The FedGrEM server between rounds: the model, the clients' sizes, the penalty schedule, and the last
-    round's central solution, noise scale and variances' :func:`scale_deviation` (None before the first round)."""
+    round's central solution, noise scale and variances' distances (:func:`scale_deviation`'s norms; None before)."""
 
     family: object
     n_k: np.ndarray
@@ -99,7 +102,8 @@ class FedGrEMState(NamedTuple):
     lam_memory: tuple = (np.nan, np.nan, 0.0)
     w0: np.ndarray | None = None
     grouped: GroupedResult | None = None
-    deviation: np.ndarray | None = None
+    scale_distance: np.ndarray | None = None
+    scale_dof: int = 0
 
 
 class Pooled(NamedTuple):
@@ -110,7 +114,7 @@ class Pooled(NamedTuple):
     params : MixtureParams
         What the clients get: their proportions, ``nu``, and the variances at ``nu`` (pooled where the means are).
     grouped : GroupedResult
-        The central problem's solution, its groups and centres.
+        The central problem's solution (its ``nu`` left out: ``params`` holds it), its groups and centres.
     sigma : ndarray
         The noise units the problem was solved in (:func:`noise_scale`).
     scale_pooled : ndarray of bool
@@ -158,28 +162,20 @@ class FedGrEM(GradientStrategy):
         centre by ``n_k w_kr^{{[0]}} R`` while the thresholds stay the paper's, so clients that all pool
         meet at pooled EM's fixed point (:meth:`_blocks`); ``"client"``, ``n_k`` (the paper's).
     center_restarts : int, default=1
-        fedmm's fix for poor local starts: after the rounds end, clients with
-        a component that was not pooled restart from the consensus (their
-        parameters set to the centre, proportions refitted) and FedGrEM runs
-        again; repeated up to this many times while some client is unpooled.
-        A restart is kept only for clients whose own term of FedGrEM's
-        objective (log-likelihood minus central penalty) it raises
-        significantly (likelihood-ratio test at 5%, one component's degrees of
-        freedom): an inlier stuck in a poor local optimum gains hundreds of
-        nats and is pooled, an outlier fits its own data worse from the
-        consensus and keeps its first estimate, so robustness is kept.
-        0 gives the paper's algorithm. The engine runs the passes
-        (:meth:`restart`, :meth:`keep_restart`).
+        fedmm's fix for poor local starts: after the rounds end, clients with a component that was not pooled restart
+        from the consensus (their parameters set to the centre, proportions refitted) and FedGrEM runs again; repeated
+        up to this many times while some client is unpooled. A restart is kept only for clients whose own term of
+        FedGrEM's objective (log-likelihood minus central penalty) it raises significantly (likelihood-ratio test at 5%,
+        one component's degrees of freedom): an inlier stuck in a poor local optimum gains hundreds of nats and is
+        pooled, an outlier fits its own data worse from the consensus and keeps its first estimate, so robustness is
+        kept. 0 gives the paper's algorithm. The engine runs the passes (:meth:`restart`, :meth:`keep_restart`).
     pool_variances : {True, False, "robust"}
-        True: each variance moves towards the pooled variance by the share its
-        mean moved towards the centre, so pooled components share it
-        (:func:`pool_variances`). False keeps every client's own, as the
-        paper's identity-covariance model never needs to decide. "robust":
-        the variances get their own central update, the same problem as the
-        means' on log-variances in noise units (:func:`robust_scale`), so a
-        client's covariance is pooled when it is near the consensus whether or
-        not its mean is; tied covariances and shared noise variances, one per
-        client, are pooled as one group per client.
+        True: each variance moves towards the pooled variance by the share its mean moved towards the centre, so pooled
+        components share it (:func:`pool_variances`). False keeps every client's own, as the paper's identity-covariance
+        model never needs to decide. "robust": the variances get their own central update, the same problem as the
+        means' on log-variances in noise units (:func:`robust_scale`), so a client's covariance is pooled when it is
+        near the consensus whether or not its mean is; tied covariances and shared noise variances, one per client, are
+        pooled as one group per client.
     central_tol, central_max_iter : float, int, default=1e-10, 1000
         Tolerance and cap of the central problem's alternating minimization.
     n_centers : "auto" or int, default="auto"
@@ -315,19 +311,20 @@ class FedGrEM(GradientStrategy):
         pooled = self._pool(messages, state.family, lam, state.scale_schedule(t), t, state.warned, state.schedule(t),
                             state.lam_memory, state.w0, None if state.grouped is None else state.grouped.labels,
                             state.pull)
-        grouped = pooled.grouped._replace(central=pooled.grouped.central._replace(nu=None))   # in the broadcast
+        grouped = pooled.grouped
         # With several centres a client far from the largest group's is another group's, and the grouped problem
         # decides where it belongs: reweighted there, a regression client lost its pull on its own group's centre
         # and joined the other group (tests/test_groups.py).
         pull = centre_pull(grouped.central.distance, messages.n[:, None] * messages.weights, messages.theta.shape[-1]) \
             if self.reweighting and len(grouped.centers) == 1 else None
-        # Once a round, not at every look at the diagnostics (the engine looks up to three times a round).
+        # Once a round (the engine looks up to three times), and only their norms kept (40 MB a pass at 10^5 clients).
         deviation = scale_deviation(state.family, pooled.own_scale, messages.theta.shape[-1], grouped.labels == 0,
                                     empty_components(messages.n, messages.weights))
         return Broadcast(pooled.params), state._replace(
             lam=pooled.lam, lam_objective=state.schedule(t), central=grouped.central, sigma=pooled.sigma,
             scale_pooled=pooled.scale_pooled, pull=pull, warned=pooled.warned,
-            lam_memory=pooled.memory, grouped=grouped, deviation=deviation)
+            lam_memory=pooled.memory, grouped=grouped, scale_distance=deviation_norms(deviation),
+            scale_dof=deviation.shape[-1])
 
     def _pilot(self, last, scheduled, t):
         """The ``lambda`` a round's central update is solved at first: the schedule's, or under SURE's penalties
@@ -364,6 +361,7 @@ class FedGrEM(GradientStrategy):
             if lam != pilot:
                 grouped = self._central(theta, sizes, lam, grouped.labels, messages.n, solve)
         central, margin = self._refined(grouped.central, theta, sizes, weights, lam, solve, messages.n[:, None] * w0)
+        del theta   # the round's (K, R, p) arrays go once read: 40 MB each at 10^5 clients, three held to the end
         central = on_centre(central, empty)
         if not central.converged and not warned:
             warnings.warn(f"FedGrEM's central problem stopped unconverged in round {t} after {central.n_iter} "
@@ -371,7 +369,8 @@ class FedGrEM(GradientStrategy):
                           "apart with a small threshold slow it down: check for outlier clients or a small penalty.",
                           ConvergenceWarning, stacklevel=3)
             warned = True
-        nu = central.nu * sigma
+        nu, central = central.nu * sigma, central._replace(nu=None)   # the broadcast carries it, in the fitting units
+        grouped = grouped._replace(central=central)                     # and the iterate before on_centre goes
         # The variances that fit the parameters the clients now hold (left at theta_tilde, a small variance on
         # a component the server moved makes the next E-step collapse), pooled where the means are.
         scale = own_scale = family.update_scale(messages.stats, nu)
@@ -385,8 +384,8 @@ class FedGrEM(GradientStrategy):
             trust = (trusted_sizes(messages.n) / messages.n)[:, None]
             scale = pool_variances(scale, messages.stats.N * trust * margin, pooling_share(central))
             scale_pooled = central.pooled
-        return Pooled(MixtureParams(messages.weights, nu, scale), grouped._replace(central=central), sigma,
-                      scale_pooled, own_scale, warned, lam, memory)
+        return Pooled(MixtureParams(messages.weights, nu, scale), grouped, sigma, scale_pooled, own_scale, warned,
+                      lam, memory)
 
     def _central(self, theta, sizes, lam, labels, n_k, solve):
         """The central problem (:func:`fedmm.algorithms.central.central_update`) with one centre, or with
@@ -455,7 +454,8 @@ class FedGrEM(GradientStrategy):
         center = c.center * state.sigma if row is None else np.broadcast_to(row * state.sigma, (len(n_k), *row.shape))
         return Consensus(center, c.pooled, c.distance, c.threshold, state.lam * np.sqrt(n_k), state.scale_pooled,
                          np.full(n_k.shape, objective_scale(state.lam, state.lam_objective)), state.grouped.labels,
-                         state.grouped.centers * state.sigma, state.grouped.main_distance, state.deviation)
+                         state.grouped.centers * state.sigma, state.grouped.main_distance, state.scale_distance,
+                         np.full(n_k.shape, state.scale_dof))
 
     def center(self, diagnostics):
         """The largest group's centre."""
@@ -547,10 +547,10 @@ class FedGrEM(GradientStrategy):
         squares a hundred times its data's leave its means honest (``docs/threat-model.md``, ``inflate-Sxx``)."""
         main = diagnostics.labels == 0 if self.client_server else np.ones(len(n_k), dtype=bool)
         N = n_k[:, None] * params.weights
-        deviation = diagnostics.scale_deviation
-        N_scale = N if deviation.shape[1] == N.shape[1] else n_k[:, None]   # variances shared by the components
+        distance = diagnostics.scale_distance
+        N_scale = N if distance.shape[1] == N.shape[1] else n_k[:, None]   # variances shared by the components
         return np.maximum(outlier_scores(diagnostics.main_distance, N, params.theta.shape[-1], reference=main),
-                          variance_scores(deviation, N_scale, main))
+                          variance_scores(distance, int(diagnostics.scale_dof.max()), N_scale, main))
 
     def keep_restart(self, before, trial):
         """Clients whose own term of FedGrEM's objective the restart raised by more than chance would.
