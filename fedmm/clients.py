@@ -176,6 +176,10 @@ class LocalClients:
         Where the queries are recorded (:class:`fedmm.protocol.Ledger`; a new one by default).
     """
 
+    #: Every client asked replies (a remote one may not, :mod:`fedmm.flower`): a pass need not keep the last
+    #: round's replies for those it does not hear (:meth:`fedmm.engine._Pass.rounds`).
+    all_reply = True
+
     def __init__(self, family, data, mode="batched", ledger=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")

@@ -276,7 +276,7 @@ class _Pass:
 
     def __init__(self, strategy, family, clients, start, participation):
         self.strategy, self.n_k, self.start, self.participation = strategy, clients.n_samples, start, participation
-        self.data_scale = clients.data_scale
+        self.data_scale, self.all_reply = clients.data_scale, getattr(clients, "all_reply", False)
         self.broadcast, self.server = strategy.server_start(family, start, self.n_k)
         self.params, self.history, self.previous, self.messages, self.t = start, [], None, None, 0
         self.calm = np.zeros(len(self.n_k), dtype=bool)  # clients heard since the stopping rule last failed
@@ -308,7 +308,7 @@ class _Pass:
             while self.t < max_iter:
                 self.t = t = self.t + 1
                 asked = self._asked(t, K, np.flatnonzero(~self.calm) if self.tail else None)
-                if asked is None:   # every client replies anew: the last replies go first (165 MB at 10^5 clients)
+                if asked is None and self.all_reply:   # all reply anew: the last replies go (165 MB at 10^5 clients)
                     self.messages = replies = None
                 replies, heard = first if t == 1 and first is not None else \
                     (yield "step", strategy, self.broadcast, asked) if asked is None or asked.size else (None, asked)
