@@ -63,7 +63,7 @@ from .alignment import align, match_each
 from .algorithms.local import LocalEM
 from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
-from .engine import best_of_starts, drive, single_pass
+from .engine import best_of_starts, drive, side_by_side, single_pass
 from .families import MixtureParams
 from .protocol import Broadcast
 from .robust import TRIM, best_few, client_seeds, first_best, trusted_sizes
@@ -150,38 +150,21 @@ def _trimmed_pooled(family, clients, n_components, n_init, max_iter, tol, random
                           .broadcast(K))
     # Each candidate's last log-likelihoods come with one more round from its last parameters. Its round is the
     # E-step at the parameters sent, whatever the client's state, so a finalist's is its continuation's first.
-    ahead = lambda params: ("step", strategy, Broadcast(params), None)  # noqa: E731
+    # Only where all run side by side (up to 10^4 clients): in batches or one at a time, every candidate's replies
+    # would be kept to the choice (85 MB each at 10^5), where memory, not round trips, runs short (side_by_side).
+    ahead = (lambda params: ("step", strategy, Broadcast(params), None)) if side_by_side(K) >= len(candidates) \
+        else None
     score = lambda run: trimmed_loglik(run[0].loglik, n_k, trim)[1]  # noqa: E731
-    board = _Finalists(len(candidates), score)
-    runs = yield "spawn", [board.entered(i, single_pass(strategy, family, clients, start, CANDIDATE_STEPS, tol, ahead))
-                           for i, start in enumerate(candidates)]
+    runs = yield "spawn", [single_pass(strategy, family, clients, start, CANDIDATE_STEPS, tol, ahead)
+                           for start in candidates]
     # The finalists' proportions are refitted in the message that asks their last log-likelihoods.
     refit = lambda params: ("fit_weights", params, None, max_iter, tol)  # noqa: E731
-    finals = yield "spawn", [single_pass(strategy, family, clients, runs[i][0].params, max_iter, tol, refit,
-                                         runs[i][1]) for i in best_few([score(r) for r in runs], FINALISTS)]
+    finalists = [single_pass(strategy, family, clients, runs[i][0].params, max_iter, tol, refit, runs[i][1])
+                 for i in best_few([score(r) for r in runs], FINALISTS)]
+    del runs   # the others' replies go before the finalists run
+    finals = yield "spawn", finalists
     result, weights = finals[first_best([score(r) for r in finals])]
     return result.params._replace(weights=weights)
-
-
-class _Finalists:
-    """The candidates of :func:`_trimmed_pooled` as they end: each keeps its look-ahead round's replies only while
-    it is among the :data:`FINALISTS` best ended so far (:func:`fedmm.robust.best_few`, the order the finalists
-    are chosen in), so a finalist keeps them and the others' go at once: at 10^5 clients, where the candidates run
-    one at a time, ten candidates' E-step sums (85 MB each) were the start's peak. A finalist without them would
-    ask its first round again, the same numbers."""
-
-    def __init__(self, n, score):
-        self.score, self.scores, self.ended = score, np.full(n, -np.inf), {}
-
-    def entered(self, i, run):
-        """The candidate ``i``'s ``run`` (:func:`fedmm.engine.single_pass`), its value ``[result, replies]``."""
-        value = list((yield from run))
-        self.scores[i], self.ended[i] = self.score(value), value
-        best = set(best_few(self.scores, FINALISTS))
-        for j, other in self.ended.items():
-            if j not in best:
-                other[1] = None
-        return value
 
 
 class Start(NamedTuple):

@@ -397,10 +397,12 @@ def test_no_rounds_replies_outlive_the_next_message(monkeypatch):
     import gc
 
     import fedmm.engine as engine
+    import fedmm.initialization as initialization
     from fedmm.protocol import ClientMessage
     from fedmm.simulate import make_federated_gmm
     X, _ = make_federated_gmm(6, 120, outlier_clients=[5], random_state=0)
-    monkeypatch.setattr(engine, "side_by_side", lambda n_clients: 1)
+    for module in (engine, initialization):
+        monkeypatch.setattr(module, "side_by_side", lambda n_clients: 1)
     held = []
     together = LocalClients.together
 
@@ -415,23 +417,18 @@ def test_no_rounds_replies_outlive_the_next_message(monkeypatch):
     assert len(held) > 10 and max(held) == 0
 
 
-def test_only_the_finalists_keep_their_look_ahead_replies():
-    """The trimmed pooled start's candidates keep their look-ahead round's replies only while among the best
-    FINALISTS ended so far (``fedmm.initialization._Finalists``): the finalists keep them, the others hold none."""
-    from fedmm.initialization import FINALISTS, _Finalists
-    from fedmm.robust import best_few
-
-    def run(score):
-        yield from ()                  # a candidate's run that asks nothing: its value is (result, replies)
-        return score, object()
-
-    scores = np.random.RandomState(0).permutation(12).astype(float)
-    board = _Finalists(len(scores), lambda value: value[0])
-    values = []
-    for i, score in enumerate(scores):
-        generator = board.entered(i, run(score))
-        with pytest.raises(StopIteration) as stop:
-            next(generator)
-        values.append(stop.value.value)
-    kept = {i for i, value in enumerate(values) if value[1] is not None}
-    assert kept == set(best_few(scores, FINALISTS))
+def test_candidates_in_batches_ask_no_look_ahead_and_give_the_same_fit(monkeypatch):
+    """The trimmed pooled start's candidates ask one round ahead for the finalists only where all ten run side by
+    side: in batches (beyond 10^4 clients) they would keep every candidate's replies to the choice. The fit is the
+    same to the last bit; the finalists then ask their first rounds."""
+    import fedmm.engine as engine
+    import fedmm.initialization as initialization
+    X, _ = make_federated_gmm(6, 120, outlier_clients=[5], random_state=0)
+    together = FederatedGaussianMixture(5, random_state=0).fit(X)
+    for module in (engine, initialization):
+        monkeypatch.setattr(module, "side_by_side", lambda n_clients: 1)
+    alone = FederatedGaussianMixture(5, random_state=0).fit(X)
+    for name in ("weights_", "means_", "covariances_"):
+        np.testing.assert_array_equal(getattr(alone, name), getattr(together, name))
+    start = lambda fit: list(fit.communication_["query"][fit.communication_["phase"] == "start"])  # noqa: E731
+    assert "loglik+step" in start(together) and "loglik+step" not in start(alone)

@@ -87,7 +87,7 @@ def scale_deviation(family, scale, n_features, reference, empty=None):
     (:func:`fedmm.algorithms.variances.empty_components`) has no variance of its own, only the squared mean the
     server last sent: it counts in the median at its client's median over the components it holds rows of, as in
     the noise units (:func:`fedmm.algorithms.variances.held_variances`)."""
-    v = family.log_scale(scale, n_features)
+    v = np.ascontiguousarray(family.log_scale(scale, n_features))   # full: a transposed layout (deviation_norms)
     if empty is not None and v.shape[1] == empty.shape[1] and empty.any():
         fill_empty_medians(v, empty)    # in place: v is the logarithms' own array
     v -= client_median(v if reference.all() else v[reference])
@@ -96,7 +96,8 @@ def scale_deviation(family, scale, n_features, reference, empty=None):
 
 def deviation_norms(deviation):
     """(K, R or 1) ``||deviation_kr||`` of :func:`scale_deviation`, squared in place (spent: no (K, R, q) copy,
-    40 MB at 10^5 clients), the same numbers as ``np.linalg.norm(deviation, axis=-1)``."""
+    40 MB at 10^5 clients), the same numbers as ``np.linalg.norm(deviation, axis=-1)`` of a C-ordered ``deviation``
+    (the sum's rounding follows the layout)."""
     return np.sqrt(np.square(deviation, out=deviation).sum(axis=-1))
 
 

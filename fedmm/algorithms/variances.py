@@ -111,8 +111,8 @@ def _typical(scale):
     """(K, R) how far each client's variances of a component enter the pooled one: 1 where every coordinate is
     within a factor ``VARIANCE_RANGE`` of the median client's, 0 where one is beyond its square, log-linear
     between. Ratios, so the same in any units."""
-    ratio = scale / client_median(scale)
     with np.errstate(divide="ignore"):
+        ratio = scale / client_median(scale)
         far = largest_magnitudes(np.log(ratio, out=ratio)) / np.log(VARIANCE_RANGE)   # one (K, R, s) array, not two
     return np.clip(2.0 - far, 0.0, 1.0)
 
