@@ -322,7 +322,7 @@ class _Pass:
                 _check_finite(strategy, new, self.messages.loglik, t, bound)
                 mean_ll = self.messages.loglik / n_k
                 moved = client_change(new, self.params)
-                # Not kept in a name: until the next round's, the replies would outlive the round (164 MB at 10^5).
+                # Not kept in a name: until the next round's, the replies would outlive the round (165 MB at 10^5).
                 self.history.append({"log_likelihood": self.messages.loglik.sum() / n_k.sum(),
                                      "parameter_change": moved.max(),
                                      **strategy.communication(*((self.messages, self.broadcast) if everyone else (
