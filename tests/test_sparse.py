@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
-from fedmm.algorithms.sparse import firm_threshold, soft_threshold_coordinates, sparsify, threshold_level
+from fedmm.algorithms.sparse import firm_threshold, free_coordinates, soft_threshold_coordinates, sparsify, \
+    threshold_level
 from fedmm.methods import METHODS, SparseFedGrEM
 from fedmm.theory import bound, sparse_bound, sparse_rate
 
@@ -33,12 +34,12 @@ def _error(means, mu, honest):
                for m in means[:honest])
 
 
-def _fit(X, method=None, **kwargs):
+def _fit(X, method=None, n_components=2, **kwargs):
     """sparse-fedgrem with the means sparse about 0 (the designs' model) unless ``method`` says otherwise."""
     method = SparseFedGrEM(sparse_about="origin") if method is None else method
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return FederatedGaussianMixture(2, method=method, random_state=0, **kwargs).fit(X)
+        return FederatedGaussianMixture(n_components, method=method, random_state=0, **kwargs).fit(X)
 
 
 def test_thresholds_follow_their_formulas():
@@ -65,6 +66,33 @@ def test_sparsify_thresholds_the_centre_at_the_pooled_size_and_deviations_at_the
     np.testing.assert_allclose(out[0, 0], c[0, 0])                 # ... and pooled clients take the centre
     soft = sparsify(theta, center, np.zeros(K, dtype=int), pooled, N, np.ones((R, 1)), thresholding="soft")[1]
     np.testing.assert_allclose(soft[0, 0], [0.0, 0.5 - tau_c, 3.0 - tau_c])
+
+
+def test_free_coordinates_count_each_distinct_value_once_and_the_origin_not_at_all():
+    # Contrasts from the mixture mean: features 0 and 3 take a value per component, 1 and 2 one value they share.
+    np.testing.assert_allclose(free_coordinates(np.array([[1.0, 5.0, 5.0, 2.0], [3.0, 5.0, 5.0, 7.0]]), "mean", 4),
+                               [3.0, 3.0])
+    # About the origin on the 3 thresholded coordinates a zero is no parameter; the last (an intercept) is shared.
+    np.testing.assert_allclose(free_coordinates(np.array([[1.0, 0.0, 0.0, 2.0], [-1.0, 0.0, 4.0, 2.0]]), "origin", 3),
+                               [1.5, 2.5])
+    dense = np.random.default_rng(0).normal(size=(3, 6))
+    np.testing.assert_allclose(free_coordinates(dense, "mean", 6), 6.0)          # no zeros: FedGrEM's count
+
+
+@pytest.mark.parametrize("about", ["mean", "origin"])
+def test_bic_counts_the_sparse_fits_free_coordinates_and_finds_two_components(about):
+    """Counted densely, a second component cost ``d log n``, more than its likelihood gain at d = 500: BIC chose one
+    component (``validation/sparse.py``'s design: one in 10 of 10 seeds, two since)."""
+    X, _ = _design(d=500, s=3, K=5, n=200, sep=4.0, outlier=False)
+    fits = [_fit(X, method=SparseFedGrEM(sparse_about=about), covariance_type="identity", n_components=R)
+            for R in (1, 2, 3)]
+    assert np.argmin([fit.bic(X) for fit in fits]) == 1
+    two = fits[1]
+    # d (the mixture mean's, or 0 about the origin) and the support's 3 per component, 1 proportion a client
+    expected = (500 if about == "mean" else 0) + 2 * 3 + 5
+    assert two._n_parameters(np.arange(5)) == pytest.approx(expected, abs=4), two._n_parameters(np.arange(5))
+    dense = _fit(X, method="fedgrem", covariance_type="identity")
+    assert dense._n_parameters(np.arange(5)) == pytest.approx(2 * 500 + 5)
 
 
 def test_support_recovered_and_the_outlier_kept_out():

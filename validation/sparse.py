@@ -23,7 +23,9 @@ The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``ce
 ``sqrt(s log d / n)``), on the design above and on one with ``S`` more coordinates at the detection boundary
 (``weak``, :func:`make_sparse_gmm`), with the support oracle's beside. The speed study (``--speed``): ``K = 100``
 clients of 100 rows, timed per ``d``, with the time of the pooled moments (``fedmm.units.pooled_moments``) apart;
-``--round``: one round's cost.
+``--round``: one round's cost. The selection study (``--selection``): how often BIC (``n_components`` 1 to 4) and
+``select_n_components``'s default pick the design's two components, with the outlier and without (sparse-fedgrem's
+defaults, ``sparse_about="mean"``; reported, not checked).
 
 Targets (issue 64): sparse-fedgrem within 2x the oracle's error at every ``d``, and at most a quarter of dense
 FedGrEM's at the issue's ``d = 500`` and above (reported below it, where dense FedGrEM finds the clusters);
@@ -31,7 +33,7 @@ the slopes within 20% of the theory's (reported, not checked: see docs/research/
 1 when an error target is missed.
 
     python validation/sparse.py [--quick] [--seeds N] [--d 100,500] [--rate] [--speed 500,1000] [--round 5000]
-                                [--figure PATH]
+                                [--selection 100,500] [--figure PATH]
 """
 
 import argparse
@@ -41,7 +43,7 @@ import warnings
 
 import numpy as np
 
-from fedmm import FederatedGaussianMixture
+from fedmm import FederatedGaussianMixture, select_n_components
 from fedmm.data import FederatedData
 from fedmm.methods import SparseFedGrEM
 from fedmm.theory import sparse_bound
@@ -192,6 +194,26 @@ def speed_study(ds, n_clients=100):
               f"(per-feature sums) {moments:6.1f} s", flush=True)
 
 
+def selection_study(ds, seeds, grid=(1, 2, 3, 4)):
+    """How many of ``seeds`` fits BIC and ``select_n_components`` (default criterion) give two components."""
+    print(f"\nselection of n_components in {grid} (true 2), {seeds} seeds: seeds choosing 2 (choices)")
+    for d in ds:
+        for outlier in (False, True):
+            bic, chosen = [], []
+            for seed in range(seeds):
+                X, _ = make_sparse_gmm(d, outlier=outlier, seed=seed)
+                model = FederatedGaussianMixture(2, method="sparse-fedgrem", covariance_type="identity",
+                                                 random_state=seed)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    scores = [model.set_params(n_components=R).fit(X).bic(X) for R in grid]
+                    best = select_n_components(model, X, n_components=grid, random_state=seed).best_params
+                bic.append(grid[int(np.argmin(scores))])
+                chosen.append(best["n_components"])
+            print(f"  d = {d:>5}, outlier {outlier!s:>5}: BIC {bic.count(2)} {bic}; select_n_components "
+                  f"{chosen.count(2)} {chosen}", flush=True)
+
+
 def round_study(ds, n_clients=100):
     print(f"\none round, {n_clients} clients of {N_ROWS} rows (best of 3)")
     for d in ds:
@@ -255,6 +277,7 @@ def main(argv=None):
     parser.add_argument("--rate", action="store_true", help="also the rate study (slopes)")
     parser.add_argument("--speed", type=str, default=None, help="comma-separated d for the speed study (K = 100)")
     parser.add_argument("--round", type=str, default=None, help="comma-separated d: one round's cost (K = 100)")
+    parser.add_argument("--selection", type=str, default=None, help="comma-separated d: the selection study")
     parser.add_argument("--figure", type=str, default=None, help="write the error-against-d figure here")
     args = parser.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 5)
@@ -278,6 +301,8 @@ def main(argv=None):
         speed_study([int(d) for d in args.speed.split(",")])
     if args.round:
         round_study([int(d) for d in args.round.split(",")])
+    if args.selection:
+        selection_study([int(d) for d in args.selection.split(",")], seeds)
     print("FAIL at d = " + ", ".join(map(str, failed)) if failed else "PASS")
     return 1 if failed else 0
 

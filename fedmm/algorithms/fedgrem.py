@@ -53,16 +53,14 @@ class Consensus(NamedTuple):
     pooled_scale : ndarray of shape (K, R), bool
         Whose variances sit on the consensus (with the means, or by :func:`robust_scale`).
     objective_scale : ndarray of shape (K, 1)
-        ``lambda_objective / lambda_T``: the penalty by which runs and restarts are compared
-        (:func:`_penalized_loglik`) relative to the one used. 1, except under ``penalty="sure"``, where
-        ``lambda_T`` is chosen every round and the comparison keeps the schedule's.
+        ``lambda_objective / lambda_T``: 1, except under ``penalty="sure"``, which chooses ``lambda_T`` every round
+        while runs and restarts are compared (:func:`_penalized_loglik`) at the schedule's.
     labels : ndarray of shape (K,), int
         Each client's group (:func:`fedmm.algorithms.central.grouped_central_update`), 0 the largest.
     centers : ndarray of shape (G, R, p)
         The groups' centres in the fitting units.
     main_distance : ndarray of shape (K, R)
-        ``||theta_tilde_kr - nu_bar_0r||`` in noise units: to the largest group's centre (``distance`` in
-        that group).
+        ``||theta_tilde_kr - nu_bar_0r||`` in noise units: to the largest group's centre (``distance`` in its group).
     scale_distance : ndarray of shape (K, R or 1)
         How far each client's own variances at ``nu`` lie from the largest group's median client's:
         ``||deviation_kr||`` of their log-variances in noise units (:func:`scale_deviation`).
@@ -286,13 +284,15 @@ class FedGrEM(GradientStrategy):
         trace of that linear shrinkage (counted in full they charged a component shrunk three quarters of the
         way to the consensus ten variances against its mean's 3.2 parameters); others once per distinct value
         (``pooled_variances_``). With groups of clients (``groups_``), each group's consensus counts where one of
-        its clients sits on it."""
+        its clients sits on it. Sparse FedGrEM's means count their free coordinates only (``_free_coordinates``)."""
         pooled = model.pooled_[index]
         groups = getattr(model, "groups_", np.zeros(len(pooled), dtype=int))[index]
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.clip(1.0 - model.pooling_threshold_[index] / model.distance_to_center_[index], 0.0, 1.0)
+        centre, free = getattr(model, "_free_coordinates", None) or (None, np.full(model.pooled_.shape, p))
         centres = _held_centres(pooled, groups)
-        means = centres + np.where(pooled, 0.0, 1.0 + (p - 1) * kept).sum(axis=0) / p
+        means = _held_centres(pooled, groups, None if centre is None else centre / p) + \
+            np.where(pooled | (free[index] == 0), 0.0, 1.0 + (free[index] - 1) * kept).sum(axis=0) / p
         if self.pool_variances != "robust" and bool(self.pool_variances) and scale_per_component:
             return means, centres + np.where(pooled, 0.0, kept).sum(axis=0)
         shared = model.pooled_variances_[index]
@@ -501,7 +501,7 @@ class FedGrEM(GradientStrategy):
                       "pooling_threshold_": c.threshold, "outlier_scores_": scores,
                       "suspected_outliers_": client_ids[suspects[np.argsort(-scores[suspects])]],
                       "center_restarts_": result.restarts, "restarted_clients_": client_ids[result.restarted],
-                      "own_fit_clients_": client_ids[result.own_fit]}
+                      "own_fit_clients_": client_ids[result.own_fit], "_free_coordinates": None}
         if self.client_server:
             attributes["groups_"] = c.labels
         return attributes
@@ -564,9 +564,9 @@ class FedGrEM(GradientStrategy):
         return gain > 0.5 * chi2.ppf(0.95, before.params.theta.shape[-1])
 
 
-def _held_centres(on_centre, groups):
-    """Per component (R,): how many groups' centres hold at least one of their clients (``on_centre`` (K, R))."""
-    return sum(on_centre[groups == g].any(axis=0) for g in np.unique(groups))
+def _held_centres(on_centre, groups, weights=None):
+    """Per component (R,): the groups' centres holding a client of theirs (``on_centre`` (K, R)), at ``weights[g]``."""
+    return sum(on_centre[groups == g].any(axis=0) * (1 if weights is None else weights[g]) for g in np.unique(groups))
 
 
 #: The fewest clients a group of :func:`fedmm.algorithms.central.grouped_central_update` holds: a single client far

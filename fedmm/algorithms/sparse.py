@@ -18,7 +18,8 @@ from .. import _params as P
 from ._base import step_sizes
 from .fedgrem import Consensus, FedGrEM
 
-__all__ = ["SparseFedGrEM", "threshold_level", "firm_threshold", "soft_threshold_coordinates", "sparsify"]
+__all__ = ["SparseFedGrEM", "threshold_level", "firm_threshold", "soft_threshold_coordinates", "sparsify",
+           "free_coordinates"]
 
 THRESHOLDINGS = ("firm", "soft")
 _BLAS = ThreadpoolController()
@@ -99,6 +100,20 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
     c = origin + rule((center - origin) / sigma, threshold_level(N_centre, d, threshold_scale)[..., None]) * sigma
     deviation = rule((theta - center) / sigma, threshold_level(N, d, threshold_scale)[..., None]) * sigma
     return c + deviation, c
+
+
+def free_coordinates(center, about, n_sparse):
+    """(R,) the free coordinates of each component of a thresholded centre (R, p), which BIC counts: on each
+    coordinate every distinct value among the components counts once, shared by the components that take it, and
+    the origin (``about="origin"``, on the ``n_sparse`` thresholded coordinates) not at all. The lasso's degrees of
+    freedom are its nonzero coefficients (Zou, Hastie & Tibshirani 2007, Thm. 1), which the BIC of penalized
+    model-based clustering counts (Pan & Shen 2007, JMLR 8, their modified BIC); counted densely, ``R d``
+    coordinates a centre charged a second component ``d log n``: at ``d = 500`` BIC chose one component for
+    ``validation/sparse.py``'s two in every seed (``docs/research/sparse.md``)."""
+    share = 1.0 / (center[:, None, :] == center[None, :, :]).sum(axis=1)
+    if about == "origin":
+        share[:, :n_sparse][center[:, :n_sparse] == 0.0] = 0.0
+    return share.sum(axis=1)
 
 
 def fitting_family(family):
@@ -304,7 +319,12 @@ class SparseFedGrEM(FedGrEM):
     def fitted_attributes(self, result, client_ids, n_k):
         attributes = super().fitted_attributes(result, client_ids, n_k)
         c = result.diagnostics
-        attributes["support_"] = self._support(c.centers[0][:, :c.n_sparse], self._about(c.family))
+        about = self._about(c.family)
+        attributes["support_"] = self._support(c.centers[0][:, :c.n_sparse], about)
+        # What BIC counts (FedGrEM.distinct_components): each group's centre's free coordinates, and each client's
+        # coordinates off its centre (the sparse step's deviation).
+        centres = np.array([free_coordinates(centre, about, c.n_sparse) for centre in c.centers])
+        attributes["_free_coordinates"] = (centres, (result.params.theta != c.center).sum(axis=-1))
         return attributes
 
     @staticmethod
