@@ -138,6 +138,27 @@ def test_the_sparse_bound_is_the_dense_one_with_s_log_d_for_d():
         sparse_bound(d=10, s=11, **setting)
 
 
+@pytest.mark.parametrize("rows, shift", [(300, 1.5), (30, 0.0)])
+def test_a_new_client_deviates_on_the_support_only_and_keeps_the_consensus_with_few_rows(rows, shift):
+    """FedGrEM's group step kept the consensus for a new client 1.5 off it on the support (the fit's penalty is a
+    dense deviation's); the sparse step's coordinate rule finds its deviation and nothing else."""
+    s = 3
+    X, mu = _design(d=200, s=s, K=5, n=120, outlier=False)
+    fit = _fit(X, covariance_type="identity")
+    rng = np.random.default_rng(1)
+    truth = mu.copy()
+    truth[:, :s] += shift * np.array([[1.0, -1.0, 1.0], [-1.0, 1.0, 1.0]]) / np.sqrt(s)
+    x = truth[rng.integers(0, 2, rows)] + rng.normal(size=(rows, 200))
+    new = fit.personalize(x).params_.theta[0]
+    deviation = new - fit.centers_[0]
+    assert (deviation[:, s:] != 0).sum() <= 2               # universal threshold: ~half a false positive (group: 197)
+    error, consensus = _error(new[None], truth, 1), _error(fit.centers_[0][None], truth, 1)
+    if shift:
+        assert error < 0.5 * consensus, (error, consensus)   # 0.31 against 1.59 (the group step: 1.47)
+    else:
+        assert error <= consensus + 0.05, (error, consensus)
+
+
 def test_fits_on_flower_as_in_one_process():
     """The clients' side is FedGrEM's (rebuilt from ``client_options``); the sparse step is the server's."""
     flower = pytest.importorskip("fedmm.flower")

@@ -25,7 +25,9 @@ The rate study (``--rate``): ``h = 0``, no outlier, the error of the centre ``ce
 clients of 100 rows, timed per ``d``, with the time of the pooled moments (``fedmm.units.pooled_moments``) apart;
 ``--round``: one round's cost. The selection study (``--selection``): how often BIC (``n_components`` 1 to 4) and
 ``select_n_components``'s default pick the design's two components, with the outlier and without (sparse-fedgrem's
-defaults, ``sparse_about="mean"``; reported, not checked).
+defaults, ``sparse_about="mean"``; reported, not checked). The new-client study (``--new-client``): a client of
+30 or 300 rows whose means are ``h_new`` from the honest clients' on the support joins a fitted federation:
+``personalize``'s error against the consensus's and the client's own sparse fit's (reported, not checked).
 
 Targets (issue 64): sparse-fedgrem within 2x the oracle's error at every ``d``, and at most a quarter of dense
 FedGrEM's at the issue's ``d = 500`` and above (reported below it, where dense FedGrEM finds the clusters);
@@ -33,10 +35,11 @@ the slopes within 20% of the theory's (reported, not checked: see docs/research/
 1 when an error target is missed.
 
     python validation/sparse.py [--quick] [--seeds N] [--d 100,500] [--rate] [--speed 500,1000] [--round 5000]
-                                [--selection 100,500] [--figure PATH]
+                                [--selection 100,500] [--new-client 500] [--figure PATH]
 """
 
 import argparse
+import itertools
 import sys
 import time
 import warnings
@@ -214,6 +217,28 @@ def selection_study(ds, seeds, grid=(1, 2, 3, 4)):
                   f"{chosen.count(2)} {chosen}", flush=True)
 
 
+def new_client_study(ds, seeds):
+    """A new client's error: ``personalize``, the consensus (``centers_[0]``) and its own sparse fit, per ``h_new``."""
+    print(f"\na new client's largest error, mean of {seeds} seeds: personalize / consensus / own sparse fit")
+    for d in ds:
+        for h_new, rows in itertools.product((0.2, 1.0, 3.0), (30, 300)):
+            errors = []
+            for seed in range(seeds):
+                X, _ = make_sparse_gmm(d, seed=seed)
+                rng = np.random.default_rng(100 + seed)
+                truth = np.zeros((1, 2, d))
+                truth[0, 0, :S], truth[0, 1, :S] = SEP / 2.0 / np.sqrt(S), -SEP / 2.0 / np.sqrt(S)
+                shift = rng.normal(size=(2, S))
+                truth[0, :, :S] += h_new * shift / np.linalg.norm(shift, axis=1, keepdims=True)
+                x = truth[0][rng.integers(0, 2, rows)] + rng.normal(size=(rows, d))
+                fit = _fit(X, "sparse-fedgrem", seed)
+                errors.append([worst_error([e], truth) for e in (fit.personalize(x).params_.theta[0],
+                                                                 fit.centers_[0], _fit([x], "sparse-fedgrem",
+                                                                                       seed).means_[0])])
+            print(f"  d = {d:>5}, h_new {h_new}, {rows:>3} rows: " + " / ".join(f"{e:.3f}" for e in np.mean(errors, 0)),
+                  flush=True)
+
+
 def round_study(ds, n_clients=100):
     print(f"\none round, {n_clients} clients of {N_ROWS} rows (best of 3)")
     for d in ds:
@@ -278,6 +303,7 @@ def main(argv=None):
     parser.add_argument("--speed", type=str, default=None, help="comma-separated d for the speed study (K = 100)")
     parser.add_argument("--round", type=str, default=None, help="comma-separated d: one round's cost (K = 100)")
     parser.add_argument("--selection", type=str, default=None, help="comma-separated d: the selection study")
+    parser.add_argument("--new-client", type=str, default=None, help="comma-separated d: the new-client study")
     parser.add_argument("--figure", type=str, default=None, help="write the error-against-d figure here")
     args = parser.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 5)
@@ -303,6 +329,8 @@ def main(argv=None):
         round_study([int(d) for d in args.round.split(",")])
     if args.selection:
         selection_study([int(d) for d in args.selection.split(",")], seeds)
+    if args.new_client:
+        new_client_study([int(d) for d in args.new_client.split(",")], seeds)
     print("FAIL at d = " + ", ".join(map(str, failed)) if failed else "PASS")
     return 1 if failed else 0
 

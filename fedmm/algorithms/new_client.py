@@ -11,7 +11,7 @@ from .central import soft_threshold
 GAMMA = 3.0
 
 
-def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3):
+def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3, coordinates=None):
     """One client's parameters shrunk towards a fixed consensus: the central problem (Algorithm 1; App. B.1,
     eq. (6)) for one more client, with the centre ``nu_bar`` held at the federation's.
 
@@ -39,6 +39,10 @@ def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3):
         The consensus components, their variances, and the client's proportions at them.
     lam : float
         The penalty ``lambda`` (the fit's last, ``history_["penalty"][-1]``).
+    coordinates : callable, optional
+        ``coordinates(u, N)``: the deviation ``u`` (1, R, p) in noise units thresholded coordinate by coordinate at the
+        components' rows ``N`` (1, R), in place of the group MCP step (sparse FedGrEM's,
+        :meth:`fedmm.algorithms.sparse.SparseFedGrEM.new_client`).
     """
     sigma = np.sqrt(family.coordinate_variances(consensus.scale))
     center, params = consensus.theta, consensus
@@ -50,7 +54,9 @@ def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3):
         threshold = lam / np.sqrt(data.n_samples[:, None] * share * np.maximum(share, 1.0))
         with np.errstate(divide="ignore", invalid="ignore"):     # an empty component: infinite threshold
             u = (own.theta - center) / sigma
-            nu = center + group_mcp_threshold(u, threshold, family.central_metric(stats)) * sigma
+            v = group_mcp_threshold(u, threshold, family.central_metric(stats)) if coordinates is None else \
+                coordinates(u, stats.N)
+            nu = center + v * sigma
         moved = np.abs(nu - params.theta).max()
         params = own._replace(theta=nu, scale=family.update_scale(stats, nu))
         if moved < tol:
