@@ -16,7 +16,7 @@ from numba import njit, prange
 
 from ..threads import parallel_kernel
 from ._common import LOG_2PI, _blocks, _estep, _f64, _log_resp, _stack
-from ._compiled import (BLOCK, FAST, _dot, _log_posteriors, _per_client, _pieces, _posteriors_block,
+from ._compiled import (BLOCK, FAST, _dot, _log_posteriors, _per_client, _pieces, _posteriors_block, mirror_upper,
                         _transpose_block, _work, _writable)
 
 def is_full(variances, d):
@@ -264,12 +264,6 @@ def _gaussian_log_resp(X, starts, ends, owners, const, means, precision, layout,
 _SQUARES = {squares: code for code, squares in enumerate(SQUARES)}
 
 
-def _mirror(S, d):
-    """Outer-product sums (K, R, d * d) accumulated on the upper triangle, made symmetric."""
-    S = S.reshape(S.shape[:-1] + (d, d))
-    return (np.triu(S) + np.swapaxes(np.triu(S, 1), -1, -2)).reshape(S.shape[:-2] + (d * d,))
-
-
 def numba_estep(X, offsets, weights, means, variances, squares):
     """GMM E-step for all clients (see :func:`estep`)."""
     starts, ends, owners = _pieces(offsets)
@@ -285,7 +279,8 @@ def _gaussian_sums(N, Sx, Sxx, owners, K, squares):
     """The pieces' ``N``, ``Sx`` and ``Sxx`` added up per client, outer products made symmetric."""
     Sxx = None if squares == "none" else _per_client(Sxx, owners, K)
     if squares == "outer":
-        Sxx = _mirror(Sxx, Sx.shape[-1])
+        d = Sx.shape[-1]
+        Sxx = mirror_upper(Sxx.reshape(Sxx.shape[:-1] + (d, d))).reshape(Sxx.shape)
     return _per_client(N, owners, K), _per_client(Sx, owners, K), Sxx
 
 

@@ -16,7 +16,7 @@ from numba import njit, prange
 
 from ..threads import parallel_kernel
 from ._common import LOG_2PI, _blocks, _estep, _f64, _log_resp, _stack
-from ._compiled import (BLOCK, FAST, _dot, _log_posteriors, _per_client, _pieces, _posteriors_block,
+from ._compiled import (BLOCK, FAST, _dot, _log_posteriors, _per_client, _pieces, _posteriors_block, mirror_upper,
                         _transpose_block, _work, _writable)
 
 def _regression_log_prob(X, y, coef, noise_var):
@@ -144,8 +144,7 @@ def numba_estep(X, y, offsets, weights, coef, noise_var):
     coef = _writable(coef)
     ll, N, A, b, Syy = _regression_pass(*_work(X, coef, starts), X, y, starts, ends, owners, const, coef, inv_var)
     K = len(offsets) - 1
-    A = _per_client(A, owners, K)
-    A = np.triu(A) + np.swapaxes(np.triu(A, 1), -1, -2)
+    A = mirror_upper(_per_client(A, owners, K))
     return _per_client(ll, owners, K), _per_client(N, owners, K), A, _per_client(b, owners, K), \
         _per_client(Syy, owners, K)
 
