@@ -290,9 +290,9 @@ class FedGrEM(GradientStrategy):
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.clip(1.0 - model.pooling_threshold_[index] / model.distance_to_center_[index], 0.0, 1.0)
         centre, free = getattr(model, "_free_coordinates", None) or (None, np.full(model.pooled_.shape, p))
-        centres = _held_centres(pooled, groups)
-        means = _held_centres(pooled, groups, None if centre is None else centre / p) + \
-            np.where(pooled | (free[index] == 0), 0.0, 1.0 + (free[index] - 1) * kept).sum(axis=0) / p
+        centres, on_centre = _held_centres(pooled, groups), pooled | (free[index] == 0)   # thresholded onto it
+        means = _held_centres(on_centre, groups, None if centre is None else centre / p) + \
+            np.where(on_centre, 0.0, 1.0 + (free[index] - 1) * kept).sum(axis=0) / p
         if self.pool_variances != "robust" and bool(self.pool_variances) and scale_per_component:
             return means, centres + np.where(pooled, 0.0, kept).sum(axis=0)
         shared = model.pooled_variances_[index]

@@ -304,14 +304,15 @@ class SparseFedGrEM(FedGrEM):
 
     def new_client(self, family, data, params, history, max_iter, tol):
         """A new client of a Gaussian mixture: FedGrEM's (:func:`~fedmm.algorithms.new_client.shrunk_client`, its
-        E-step and M-step on its own rows alternated with the shrinkage towards the consensus ``params``), with the
-        sparse step's rule for its deviation: coordinate by coordinate at its own rows' noise level,
-        ``sqrt(2 log d / N_r)`` (the ``tau_kr`` of :func:`sparsify`), without FedGrEM's group step. The fit's
-        penalty ``lambda`` is a dense deviation's, whose ``d`` noise coordinates make its norm; a deviation on a few
-        features does not clear it, and the group step kept the consensus where the client's own sparse EM did far
-        better (``d = 500``, 300 rows, a new client 1 from the consensus: 1.00 against 0.52). A regression's keeps
-        FedGrEM's: its own M-step's coefficients are not that noise level's near ``p`` rows, and thresholding them
-        lost the consensus (``docs/research/sparse.md``)."""
+        E-step and M-step on its own rows alternated with the group MCP step towards the consensus ``params``), and
+        where that step pools a component, the sparse step's rule for its deviation: coordinate by coordinate at its
+        own rows' noise level, ``sqrt(2 log d / N_r)`` (the ``tau_kr`` of :func:`sparsify`). The fit's penalty
+        ``lambda`` is a dense deviation's, whose ``d`` noise coordinates make its norm; a deviation on a few features
+        does not clear it, and the group step kept the consensus where the client's own sparse EM did far better
+        (``d = 500``, 300 rows, a new client 1 from the consensus: 1.00 against 0.52; now 0.64). A deviation the group
+        step keeps stays as it leaves it: on a shift of every feature the coordinate rule alone gave one component
+        every row (an outside audit). A regression's new client is FedGrEM's: its own M-step's coefficients are not
+        that noise level's near ``p`` rows, and thresholding them lost the consensus (``docs/research/sparse.md``)."""
         if isinstance(family, RegressionFamily) or "penalty" not in history:   # a private fit: no penalty released
             return super().new_client(family, data, params, history, max_iter, tol)
         rule = firm_threshold if self.thresholding == "firm" else soft_threshold_coordinates
