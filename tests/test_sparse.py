@@ -11,7 +11,7 @@ import pytest
 
 from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms.sparse import firm_threshold, free_coordinates, soft_threshold_coordinates, sparsify, \
-    threshold_level
+    sure_threshold, threshold_level
 from fedmm.methods import METHODS, SparseFedGrEM
 from fedmm.theory import bound, sparse_bound, sparse_rate
 
@@ -151,10 +151,11 @@ def test_the_sparse_bound_is_the_dense_one_with_s_log_d_for_d():
         sparse_bound(d=10, s=11, **setting)
 
 
-@pytest.mark.parametrize("rows, shift", [(300, 1.0), (30, 0.0)])
+@pytest.mark.parametrize("rows, shift", [(300, 1.0), (300, 1.5), (30, 0.0)])
 def test_a_new_client_deviates_on_the_support_only_and_keeps_the_consensus_with_few_rows(rows, shift):
     """FedGrEM's group step kept the consensus for a new client 1 off it on the support (the fit's penalty is a
-    dense deviation's); the sparse step's coordinate rule finds its deviation and nothing else."""
+    dense deviation's) and at 1.5 left it on 197 noise features (error 1.47); the coordinate rule finds the
+    deviation and nothing else."""
     s = 3
     X, mu = _design(d=200, s=s, K=5, n=120, outlier=False)
     fit = _fit(X, covariance_type="identity")
@@ -167,9 +168,20 @@ def test_a_new_client_deviates_on_the_support_only_and_keeps_the_consensus_with_
     assert (deviation[:, s:] != 0).sum() <= 2               # universal threshold: ~half a false positive
     error, consensus = _error(new[None], truth, 1), _error(fit.centers_[0][None], truth, 1)
     if shift:
-        assert error < 0.6 * consensus, (error, consensus)   # 0.53 against 1.09 (the group step kept it)
+        assert error < 0.6 * consensus, (error, consensus)   # 0.53 against 1.09, 0.31 against 1.59
     else:
         assert error <= consensus + 0.05, (error, consensus)
+
+
+def test_sure_threshold_is_universal_for_noise_none_for_a_dense_signal_and_keeps_a_sparse_one():
+    rng = np.random.default_rng(0)
+    d = 500
+    z = rng.normal(size=(3, d))
+    z[1] += 6.0                                       # dense: every coordinate 6 noise sds off
+    z[2, :10] += 10.0                                 # sparse and strong
+    t = sure_threshold(z)
+    assert t[0] == pytest.approx(np.sqrt(2 * np.log(d))) and t[1] == 0.0
+    assert 0.0 < t[2] <= np.sqrt(2 * np.log(d)) and (np.abs(firm_threshold(z[2], t[2]))[:10] > 0).all()
 
 
 def test_a_new_client_shifted_on_every_feature_keeps_both_components():

@@ -41,7 +41,7 @@ def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3, coordina
         The penalty ``lambda`` (the fit's last, ``history_["penalty"][-1]``).
     coordinates : callable, optional
         ``coordinates(u, N)``: the deviation ``u`` (1, R, p) in noise units thresholded coordinate by coordinate at the
-        components' rows ``N`` (1, R), for the components the group MCP step pools (sparse FedGrEM's,
+        components' rows ``N`` (1, R), in place of the group MCP step (sparse FedGrEM's,
         :meth:`fedmm.algorithms.sparse.SparseFedGrEM.new_client`).
     """
     sigma = np.sqrt(family.coordinate_variances(consensus.scale))
@@ -54,9 +54,8 @@ def shrunk_client(family, data, consensus, lam, max_iter=100, tol=1e-3, coordina
         threshold = lam / np.sqrt(data.n_samples[:, None] * share * np.maximum(share, 1.0))
         with np.errstate(divide="ignore", invalid="ignore"):     # an empty component: infinite threshold
             u = (own.theta - center) / sigma
-            v = group_mcp_threshold(u, threshold, family.central_metric(stats))
-            if coordinates is not None:     # what the group step pooled, sparse FedGrEM thresholds coordinate-wise
-                v = np.where((v == 0.0).all(axis=-1, keepdims=True), coordinates(u, stats.N), v)
+            v = group_mcp_threshold(u, threshold, family.central_metric(stats)) if coordinates is None else \
+                coordinates(u, stats.N)
             nu = center + v * sigma
         moved = np.abs(nu - params.theta).max()
         params = own._replace(theta=nu, scale=family.update_scale(stats, nu))
