@@ -132,6 +132,20 @@ def test_equivariant_to_shifting_and_rescaling_features():
     assert a.support_[:3].all() and a.support_.sum() <= 4
 
 
+def test_a_new_clients_fit_is_equivariant_too():
+    """The new client's thresholds are in noise units, SURE's included: rescaled and shifted features give its
+    means mapped back, to the new client's stopping tolerance (``tol=1e-3`` of a noise sd; the fits agree to 1e-7)."""
+    rng = np.random.default_rng(0)
+    X, mu = _design(d=60, s=4, K=6, n=150, sep=6.0, outlier=False)
+    x = (mu + 0.8 * (np.arange(60) < 4))[rng.integers(0, 2, 300)] + rng.normal(size=(300, 60))
+    scale, shift = np.linspace(0.5, 20.0, 60), np.linspace(-100.0, 100.0, 60)
+    a = _fit(X, method="sparse-fedgrem", covariance_type="diag")
+    b = _fit([v * scale + shift for v in X], method="sparse-fedgrem", covariance_type="diag")
+    mine, theirs = a.personalize(x).params_.theta[0], b.personalize(x * scale + shift).params_.theta[0]
+    assert np.abs(mine - a.centers_[0]).max() > 0.5                   # it left the consensus
+    np.testing.assert_allclose((theirs - shift) / scale, mine, atol=1e-3)          # 1.0e-4 measured
+
+
 def test_listed_in_the_registry_and_the_docs_and_validated():
     assert METHODS["sparse-fedgrem"] is SparseFedGrEM
     text = (ROOT / "docs" / "methods.md").read_text()
