@@ -62,12 +62,12 @@ def firm_threshold(u, tau):
 def sure_threshold(z, thresholding="firm", n_grid=64):
     """The threshold of each row of ``z`` (..., d), a vector observed with unit noise per coordinate, that
     minimizes Stein's unbiased estimate of its risk under firm or soft thresholding, over ``[0, sqrt(2 log d)]``:
-    SureShrink (Donoho & Johnstone 1995, JASA 90, Sec. 2.3), 0 where the signal is dense (no coordinate
-    thresholded), up to the universal threshold where it is sparse. ``SURE(t) = d + sum_{|z_j| < t} (z_j^2 - 2)``
-    plus, firm (:func:`firm_threshold`, slope 2 on ``[t, 2t]``), ``sum_{t <= |z_j| < 2t} ((|z_j| - 2t)^2 + 2)``, or
-    soft, ``sum_{|z_j| >= t} t^2``. Where the signal is too sparse for SURE to see (``(||z||^2 - d) / d <=
-    log2(d)^(3/2) / sqrt(d)``, their Sec. 2.4's hybrid) the universal threshold ``sqrt(2 log d)``. Returns ``t``
-    (...,)."""
+    SureShrink (Donoho & Johnstone 1995, JASA 90), 0 where the signal is dense (no coordinate thresholded), up to
+    the universal threshold where it is sparse. Stein's estimate (Stein 1981, Ann. Statist. 9) of the risk of
+    ``eta(z)`` is ``d + ||eta(z) - z||^2 + 2 sum_j (eta_j'(z_j) - 1)``: ``d + sum_{|z_j| < t} (z_j^2 - 2)`` plus, firm
+    (:func:`firm_threshold`, slope 2 on ``[t, 2t]``), ``sum_{t <= |z_j| < 2t} ((|z_j| - 2t)^2 + 2)``, or soft,
+    ``sum_{|z_j| >= t} t^2``. Where the signal is too sparse for SURE to see (``(||z||^2 - d) / d <= log2(d)^(3/2)
+    / sqrt(d)``, their hybrid rule) the universal threshold ``sqrt(2 log d)``. Returns ``t`` (...,)."""
     d = z.shape[-1]
     universal = np.sqrt(2.0 * np.log(max(d, 2)))
     t = np.linspace(0.0, universal, n_grid)[:, None]
@@ -130,8 +130,8 @@ def free_coordinates(center, about, n_sparse):
     """(R,) the free coordinates of each component of a thresholded centre (R, p), which BIC counts: on each
     coordinate every distinct value among the components counts once, shared by the components that take it, and
     the origin (``about="origin"``, on the ``n_sparse`` thresholded coordinates) not at all. The lasso's degrees of
-    freedom are its nonzero coefficients (Zou, Hastie & Tibshirani 2007, Thm. 1), which the BIC of penalized
-    model-based clustering counts (Pan & Shen 2007, JMLR 8, their modified BIC); counted densely, ``R d``
+    freedom are its nonzero coefficients (Zou, Hastie & Tibshirani 2007, Ann. Statist. 35, Thm. 1), which the BIC
+    of penalized model-based clustering counts (Pan & Shen 2007, JMLR 8, their modified BIC); counted densely, ``R d``
     coordinates a centre charged a second component ``d log n``: at ``d = 500`` BIC chose one component for
     ``validation/sparse.py``'s two in every seed (``docs/research/sparse.md``)."""
     share = 1.0 / (center[:, None, :] == center[None, :, :]).sum(axis=1)
