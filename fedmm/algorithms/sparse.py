@@ -82,14 +82,16 @@ def sure_threshold(z, thresholding="firm", n_grid=64):
     return np.where(sparse, universal, t[risk.sum(axis=-1).argmin(axis=1), 0].reshape(z.shape[:-1]))
 
 
-def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thresholding="firm", about="origin"):
-    """The sparse step: ``m + S((c_r - m) / sigma_r, tau_gr) sigma_r + S((nu_kr - c_r) / sigma_r, tau_kr) sigma_r``,
+def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thresholding="firm", about="origin",
+             own=True):
+    """The sparse step: ``m + S((c_r - m) / sigma_r, tau_gr) sigma_r + S((theta_kr - c_r) / sigma_r, tau_kr) sigma_r``,
     ``m`` the origin (``about="origin"``) or the centre's mixture mean ``sum_r N_r c_r / sum_r N_r`` (``"mean"``).
 
     Parameters
     ----------
     theta : ndarray of shape (K, R, d)
-        The central update's solution ``nu_kr`` (fitting units).
+        Each client's own estimate ``theta_tilde_kr``, its gradient step (``own``), or the central update's solution
+        ``nu_kr``, whose group test has chosen the deviations that stand (fitting units).
     center : ndarray of shape (K, R, d)
         Each client's group's centre ``c_r`` (fitting units).
     labels : ndarray of shape (K,)
@@ -100,6 +102,8 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
         Each client's effective component sizes ``N_kr = n_k w_kr`` (trusted).
     sigma : ndarray of shape (R, s)
         The noise scale (:func:`fedmm.algorithms.fedgrem.noise_scale`), ``s`` 1 or ``d``.
+    own : bool, default=True
+        Whether ``theta`` are the clients' own steps (else the central update's solution).
 
     Returns
     -------
@@ -109,7 +113,11 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
 
     The centre's threshold ``tau_gr`` is :func:`threshold_level` at ``N_gr``, the rows of the group's clients
     pooled onto it (their own size where none is), a client's deviation's ``tau_kr`` at ``N_kr``: each at the
-    noise level of the average it is.
+    noise level of the average it is. A client's own deviations take the universal threshold of all ``K R d``
+    coordinates thresholded at once (``sqrt(2 log(K R d) / N_kr)``): of that many noise coordinates none passes it,
+    so that clients alike sit on their centre (at ``sqrt(2 log d / N_kr)`` the largest honest-client error on
+    ``validation/sparse.py``'s design at ``d = 100`` grew 0.330 -> 0.360, ``docs/research/sparse.md``); the
+    central update's each its own vector's ``sqrt(2 log d / N_kr)``.
     """
     rule = firm_threshold if thresholding == "firm" else soft_threshold_coordinates
     d = theta.shape[-1]
@@ -122,7 +130,8 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
     origin = 0.0 if about == "origin" else \
         np.einsum("kr,krd->kd", N_centre / N_centre.sum(axis=1, keepdims=True), center)[:, None, :]
     c = origin + rule((center - origin) / sigma, threshold_level(N_centre, d, threshold_scale)[..., None]) * sigma
-    deviation = rule((theta - center) / sigma, threshold_level(N, d, threshold_scale)[..., None]) * sigma
+    tau = threshold_level(N, d * N.size if own else d, threshold_scale)
+    deviation = rule((theta - center) / sigma, tau[..., None]) * sigma
     return c + deviation, c
 
 
@@ -214,12 +223,16 @@ class SparseFedGrEM(FedGrEM):
     - each centre ``c_r`` at ``tau = threshold_scale * sqrt(2 log d / N_r)``, ``N_r`` the rows of the clients
       pooled onto it (:func:`threshold_level`): an l1-type penalty on the global estimator, the first of the
       FedGrEM paper's two suggestions for sparse parameters (App. D);
-    - each client's deviation ``nu_kr - c_r`` at the same level for its own ``N_kr = n_k w_kr``: the paper's
-      second suggestion (App. D, the one-step local estimator truncated coordinate-wise), applied to what is
-      the client's own, its deviation from the centre, so that its threshold is its own sample size's and
-      the centre's the federation's;
+    - each client's deviation from it in its own gradient step, ``theta_tilde_kr - c_r``, at the same level for its
+      own ``N_kr = n_k w_kr`` (over the ``K R d`` coordinates thresholded at once): the paper's second suggestion
+      (App. D: the one-step local estimator truncated coordinate-wise, the central update kept as it is), applied
+      to what is the client's own, its deviation from the centre, so that its threshold is its own sample size's
+      and the centre's the federation's. Not the central update's ``nu_kr - c_r``: the group lasso tests a whole
+      ``d``-vector, whose ``d`` noise coordinates set its threshold, and pooled a deviation on a few features however
+      strong (one component, each client moved ``N(0, 0.5^2)`` on 20 of 200 features: every client on the centre,
+      its largest error 2.5, and ``select_n_components`` chose 3 or 4 components; now 1.3 and 1);
 
-    and broadcasts ``S(c_r) + S(nu_kr - c_r)``, at which the clients take their next E-step. This is truncated
+    and broadcasts ``S(c_r) + S(theta_tilde_kr - c_r)``, at which the clients take their next E-step. This is truncated
     or regularized EM (Wang, Gu, Ning & Liu 2015, a truncation after each gradient M-step; Yi & Caramanis 2015,
     a regularized M-step at level ``sqrt(log d / n)``) with the federation's pooled size where the clients
     pool. Thresholding the clients' estimates before pooling (each at its own ``sqrt(log d / n_kr)``) would
@@ -317,8 +330,12 @@ class SparseFedGrEM(FedGrEM):
         params = broadcast.params
         q = sparse_coordinates(inner.family, params.theta.shape[-1])
         trust = (trusted_sizes(messages.n) / messages.n)[:, None]
-        theta, center = sparsify(params.theta[..., :q], c.center[..., :q], c.labels, c.pooled, messages.stats.N * trust,
-                                 inner.sigma, self.threshold_scale, self.thresholding, self._about(inner.family))
+        # A regression's deviations are the central update's: its damped step is not its M-step's unit noise near p
+        # rows, and thresholded from it the fits were slower and worse (docs/research/sparse.md).
+        own = not isinstance(inner.family, RegressionFamily)
+        theta, center = sparsify((messages.theta if own else params.theta)[..., :q], c.center[..., :q], c.labels,
+                                 c.pooled, messages.stats.N * trust, inner.sigma, self.threshold_scale,
+                                 self.thresholding, self._about(inner.family), own)
         theta = np.concatenate([theta, params.theta[..., q:]], axis=-1)   # an intercept as the central update left it
         center = np.concatenate([center, c.center[..., q:]], axis=-1)
         centers = np.stack([center[c.labels == g][0] if (c.labels == g).any() else c.centers[g]
@@ -329,7 +346,7 @@ class SparseFedGrEM(FedGrEM):
         """A new client of a Gaussian mixture: FedGrEM's (:func:`~fedmm.algorithms.new_client.shrunk_client`, its
         E-step and M-step on its own rows alternated with the shrinkage towards the consensus ``params``), with its
         deviation thresholded coordinate by coordinate at SureShrink's threshold (:func:`sure_threshold`) in its own
-        rows' noise units (``1 / sqrt(N_r)`` a coordinate): the universal ``sqrt(2 log d / N_r)`` of :func:`sparsify`
+        rows' noise units (``1 / sqrt(N_r)`` a coordinate): the universal ``sqrt(2 log d / N_r)``
         where the deviation is sparse, none where it is dense, in place of FedGrEM's group step. The fit's penalty
         ``lambda`` is a dense deviation's, whose ``d`` noise coordinates make its norm: a deviation on a few features
         did not clear it, and the group step kept the consensus where the client's own sparse EM did far better
