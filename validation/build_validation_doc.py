@@ -30,16 +30,23 @@ and are run by hand.
   paper's proportion errors about 1.07, which is impossible, so the tables hold raw errors. Matched
   jointly (one permutation per client, the definition of App. C), fedmm's error is 0.086, which is
   exactly what knowing every sample's label gives on these draws.
-- **Means (Table 5): fedmm is more accurate.** At h = 0, C_eta = 0.95 it gets 0.47 to 0.57 (its
-  default 0.57 over 20 seeds) against the paper's 1.13; at h = 1.5 it gets 1.13 against 1.90. Read as
+- **Means (Table 5): fedmm is more accurate.** At h = 0, C_eta = 0.95 it gets 0.47 to 0.65 (its
+  default 0.65 over 20 seeds) against the paper's 1.13; at h = 1.5 it gets 1.13 against 1.90. Read as
   `exp`, the paper's values would be 3.1 and 6.7, further off. Two reasons, measured in
   `paper_gmm_h0`:
   - **better local starts.** Ten k-means++ starts of local EM per client against mclust's single
-    run. The paper-faithful pipeline from the same starts reaches 0.57 too;
+    run. The paper-faithful pipeline from the same starts reaches 0.58;
   - **FedGrEM converges.** With the paper's fixed step `C_eta / w_hat^[0]` only 25 to 60% of runs
     converge: a component whose weight grows oscillates for ever. fedmm's safeguarded step
     converges in every run, and its restarts from the consensus rescue clients stuck in poor starts
     (about 3 becomes 0.65 from single starts).
+    fedmm's default was 0.58 until the reweighted centre (3c0769e, 2026-11-26), which moved one seed of the
+    20, seed 14, from 0.76 to 2.06: an honest client that holds its smallest component on about one row keeps
+    that component off the centre. Bisected on that seed, it flips between 0.76 and 2.06 over the commits
+    since, a knife's edge, not a trend; `paper_gmm_h0.py`'s 0.6 check fails on it (its quick form passes).
+    FedEM's row went 0.79 -> 2.34 when its server average became `N_kr`-weighted (pooled EM's fixed point,
+    302a941, issue 59): the outlier client's rows count there like any others' (`aggregation="samples"`, the
+    paper's `n_k / n`: 0.78 on seeds 0-5).
 - **C_eta (Table 5's trend): it differs at h = 0, and we know why.** The paper finds the error of the
   means decreasing in C_eta at every h. fedmm finds that at h = 0 a *smaller* C_eta is better, and
   from h = 1 on a larger one (the paper's direction). A gradient step with `eta w ~ C_eta` leaves a
