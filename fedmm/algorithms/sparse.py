@@ -83,7 +83,7 @@ def sure_threshold(z, thresholding="firm", n_grid=64):
 
 
 def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thresholding="firm", about="origin",
-             own=True):
+             own=True, trusted=None):
     """The sparse step: ``m + S((c_r - m) / sigma_r, tau_gr) sigma_r + S((theta_kr - c_r) / sigma_r, tau_kr) sigma_r``,
     ``m`` the origin (``about="origin"``) or the centre's mixture mean ``sum_r N_r c_r / sum_r N_r`` (``"mean"``).
 
@@ -99,11 +99,13 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
     pooled : ndarray of shape (K, R), bool
         Whose component sits on its centre: the centre averages those clients' rows.
     N : ndarray of shape (K, R)
-        Each client's effective component sizes ``N_kr = n_k w_kr`` (trusted).
+        Each client's effective component sizes ``N_kr = n_k w_kr``.
     sigma : ndarray of shape (R, s)
         The noise scale (:func:`fedmm.algorithms.fedgrem.noise_scale`), ``s`` 1 or ``d``.
     own : bool, default=True
         Whether ``theta`` are the clients' own steps (else the central update's solution).
+    trusted : ndarray of shape (K, R), optional
+        The sizes the centre counts each client by (:func:`fedmm.robust.trusted_sizes`); ``N`` by default.
 
     Returns
     -------
@@ -111,21 +113,23 @@ def sparsify(theta, center, labels, pooled, N, sigma, threshold_scale=1.0, thres
     center : ndarray of shape (K, R, d)
         The thresholded centres.
 
-    The centre's threshold ``tau_gr`` is :func:`threshold_level` at ``N_gr``, the rows of the group's clients
-    pooled onto it (their own size where none is), a client's deviation's ``tau_kr`` at ``N_kr``: each at the
-    noise level of the average it is. A client's own deviations take the universal threshold of all ``K R d``
-    coordinates thresholded at once (``sqrt(2 log(K R d) / N_kr)``): of that many noise coordinates none passes it,
-    so that clients alike sit on their centre (at ``sqrt(2 log d / N_kr)`` the largest honest-client error on
+    The centre's threshold ``tau_gr`` is :func:`threshold_level` at ``N_gr``, the (trusted) rows of the group's
+    clients pooled onto it (their own size where none is), a client's deviation's ``tau_kr`` at its own ``N_kr``:
+    each at the noise level of the average it is (a size is a claim, but a client's deviation is its own estimate:
+    a party claiming more rows moves no one else). A client's own deviations take the universal threshold of all
+    ``K R d`` coordinates thresholded at once (``sqrt(2 log(K R d) / N_kr)``): of that many noise coordinates none
+    passes it, so that clients alike sit on their centre (at ``sqrt(2 log d / N_kr)`` the largest honest-client error on
     ``validation/sparse.py``'s design at ``d = 100`` grew 0.330 -> 0.360, ``docs/research/sparse.md``); the
     central update's each its own vector's ``sqrt(2 log d / N_kr)``.
     """
     rule = firm_threshold if thresholding == "firm" else soft_threshold_coordinates
     d = theta.shape[-1]
     N_centre = np.empty_like(N)
+    trusted = N if trusted is None else trusted
     for g in np.unique(labels):
         members = labels == g
-        size = (N[members] * pooled[members]).sum(axis=0)
-        N_centre[members] = np.maximum(size, N[members])
+        size = (trusted[members] * pooled[members]).sum(axis=0)
+        N_centre[members] = np.maximum(size, trusted[members])
     # The reference: the origin, or the centre's mixture mean sum_r N_r c_r / sum_r N_r (per client's group).
     origin = 0.0 if about == "origin" else \
         np.einsum("kr,krd->kd", N_centre / N_centre.sum(axis=1, keepdims=True), center)[:, None, :]
@@ -334,8 +338,8 @@ class SparseFedGrEM(FedGrEM):
         # rows, and thresholded from it the fits were slower and worse (docs/research/sparse.md).
         own = not isinstance(inner.family, RegressionFamily)
         theta, center = sparsify((messages.theta if own else params.theta)[..., :q], c.center[..., :q], c.labels,
-                                 c.pooled, messages.stats.N * trust, inner.sigma, self.threshold_scale,
-                                 self.thresholding, self._about(inner.family), own)
+                                 c.pooled, messages.stats.N, inner.sigma, self.threshold_scale, self.thresholding,
+                                 self._about(inner.family), own, messages.stats.N * trust)
         theta = np.concatenate([theta, params.theta[..., q:]], axis=-1)   # an intercept as the central update left it
         center = np.concatenate([center, c.center[..., q:]], axis=-1)
         centers = np.stack([center[c.labels == g][0] if (c.labels == g).any() else c.centers[g]
