@@ -44,12 +44,12 @@ their rows, so the one in this process is the one separate parties run (:mod:`fe
   query) exceeds the median feature's by more than :data:`SCREEN` standard errors of a variance estimate
   (the screening step of IF-PCA, Jin & Wang, Ann. Stat. 2016; variance screening, Azizyan, Singh & Wasserman,
   NeurIPS 2013), then the clients' own family starts on those features only, clustered by the server
-  (:func:`clustered_start`); elsewhere the means start at the pooled mean, and every client fits its
-  variances to that start (as to a user's means). One start. Where no feature stands out (the components
-  differ on half the features or more, or weakly on many), there is no sparse structure to start from, and
-  the start is ``"pooled-and-local"``'s. It needs the features' variances in the fit's units: identity or
-  spherical covariances (diagonal, full and tied units scale every feature to variance 1). Sparse FedGrEM's
-  default where it can run, ``"pooled-and-local"`` elsewhere.
+  (:func:`clustered_start`) or aligned into one labelling (:func:`aligned_start`); elsewhere the means start at
+  the pooled mean, and every client fits its variances to that start (as to a user's means). One start. Where
+  no feature stands out (the components differ on half the features or more, or weakly on many), there is no
+  sparse structure to start from, and the start is ``"pooled-and-local"``'s. It needs the features' variances
+  in the fit's units: identity or spherical covariances (diagonal, full and tied units scale every feature to
+  variance 1). Sparse FedGrEM's default where it can run, ``"pooled-and-local"`` elsewhere.
 - user-supplied weights and parameters: one start.
 
 ``"auto"`` is the method's own default (``Strategy.default_init``).
@@ -107,6 +107,19 @@ def clustered_start(family, starts, sizes, n_components, random_state):
         What each client counts: :func:`fedmm.robust.trusted_sizes` of the claimed sizes.
     """
     return family.combine_starts(starts, sizes[:, None] * starts.weights, n_components, random_state)
+
+
+def aligned_start(starts, sizes, random_state):
+    """One start (a single client's row) from clients' own starts aligned into one labelling
+    (:func:`fedmm.alignment.align`), each label's means averaged by the rows they stand for: each client's
+    components go to different components of the start. k-FED's clustering (:func:`clustered_start`) pools
+    components, not clients' labellings, so a few clients shifted alike farther than the components lie apart
+    become a component of their own: three of ten shifted 4 on 5 features off a sparse support took every
+    candidate and the fit in 4 of 10 seeds (an outside audit, ``docs/research/sparse.md``)."""
+    aligned = starts.permute(align(starts.theta, "consensus", random_state=random_state).perms)
+    N = sizes[:, None] * aligned.weights
+    theta = (N[..., None] * aligned.theta).sum(axis=0) / np.maximum(N.sum(axis=0), 1e-12)[:, None]
+    return MixtureParams((N.sum(axis=0) / N.sum())[None], theta[None], aligned.scale[:1])
 
 
 def common_start(clients, n_components, random_state):
@@ -343,11 +356,11 @@ def screened_start(family, clients, n_components, moments, keep, random_state):
     """``init="screened"`` (module docstring) on the features ``keep``. The clients that can send their family
     starts on those features once; as in :func:`trimmed_pooled_start`, each of :data:`CANDIDATES` candidates is
     the server's :func:`clustered_start` of a random half of them (a start from all clients can hold an outlier
-    client's component), put at the pooled mean on the other features with the noise's variance (the median
-    feature's, spherical); the clients score all candidates in one query and the one the median client fits
-    best per sample wins (a client whose rows sit on one point fits a component there beyond what any data
-    can, and would carry a mean, even a trimmed one; no minority of clients moves the median); every client
-    then fits its variances to it."""
+    client's component), and another the same half's starts aligned (:func:`aligned_start`), each put at the pooled
+    mean on the other features with the noise's variance (the median feature's, spherical); the clients score all
+    candidates in one query and the one the median client fits best per sample wins (a client whose rows sit on
+    one point fits a component there beyond what any data can, and would carry a mean, even a trimmed one; no
+    minority of clients moves the median); every client then fits its variances to it."""
     return drive(clients, [_screened(family, clients, n_components, moments, keep, random_state)])[0]
 
 
@@ -361,11 +374,13 @@ def _screened(family, clients, n_components, moments, keep, random_state):
     for _ in range(CANDIDATES):
         half = np.sort(random_state.choice(able.size, size=(able.size + 1) // 2, replace=False)) \
             if able.size >= 4 else np.arange(able.size)
-        on_keep = clustered_start(family, starts.take(half), sizes[half], n_components, random_state)
-        theta = np.broadcast_to(moments.mean, (1, n_components, len(moments.mean))).copy()
-        theta[..., keep] = on_keep.theta
-        scale = np.full(on_keep.scale.shape, noise) if family.estimates_scale else on_keep.scale
-        candidates.append(MixtureParams(on_keep.weights, theta, scale).broadcast(clients.n_clients))
+        some = starts.take(half)
+        for on_keep in (clustered_start(family, some, sizes[half], n_components, random_state),
+                        aligned_start(some, sizes[half], random_state)):
+            theta = np.broadcast_to(moments.mean, (1, n_components, len(moments.mean))).copy()
+            theta[..., keep] = on_keep.theta
+            scale = np.full(on_keep.scale.shape, noise) if family.estimates_scale else on_keep.scale
+            candidates.append(MixtureParams(on_keep.weights, theta, scale).broadcast(clients.n_clients))
     logliks = yield "spawn", [_loglik(candidate) for candidate in candidates]
     best = candidates[first_best([np.median(loglik / clients.n_samples) for loglik in logliks])]
     return clients.user_start(best.weights[0], best.theta[0])

@@ -13,6 +13,7 @@ from fedmm import FederatedGaussianMixture, FederatedMixtureRegression
 from fedmm.algorithms.sparse import firm_threshold, free_coordinates, soft_threshold_coordinates, sparsify, \
     sure_threshold, threshold_level
 from fedmm.methods import METHODS, SparseFedGrEM
+from fedmm.metrics import estimation_errors
 from fedmm.theory import bound, sparse_bound, sparse_rate
 
 ROOT = Path(__file__).parent.parent
@@ -132,6 +133,29 @@ def test_a_clients_deviation_is_thresholded_at_its_own_size_among_many_small_cli
         fit = FederatedGaussianMixture(1, method="sparse-fedgrem", covariance_type="identity", random_state=0).fit(X)
     error = np.linalg.norm(fit.means_[:K, 0] - means, axis=1)
     assert error.mean() < 0.62 * np.linalg.norm(means - means.mean(axis=0), axis=1).mean()
+
+
+def test_three_coordinated_clients_of_ten_do_not_become_a_component():
+    """Three clients of ten shifted by 4 on the same 5 features off the support (an outside audit's attack): their
+    shift (8.9 in norm) is farther than the components' separation (6), so k-FED's clustering of the clients' own
+    starts made every screened candidate the split of honest against coordinated clients (seeds 1 and 2 here: the
+    honest clients' error 9.4, the support the attackers' five features). The candidates from the clients' starts
+    aligned (one label per component of each client) keep the components apart, and the median client's fit
+    chooses them."""
+    rng = np.random.default_rng(1)
+    K, d, s, n = 10, 100, 10, 150
+    mu = np.zeros((2, d))
+    mu[0, :s] = 3.0 / np.sqrt(s)
+    mu[1] = -mu[0]
+    X = [mu[rng.integers(0, 2, n)] + rng.normal(size=(n, d)) for _ in range(K)]
+    for k in (7, 8, 9):
+        X[k][:, s:s + 5] += 4.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = FederatedGaussianMixture(2, method="sparse-fedgrem", covariance_type="identity", random_state=1).fit(X)
+    honest = estimation_errors(fit.weights_, fit.means_, np.full((7, 2), 0.5), np.broadcast_to(mu, (7, 2, d)))[1]
+    assert honest.max() < 1.0
+    assert np.flatnonzero(fit.support_).tolist() == list(range(s))
 
 
 @pytest.mark.parametrize("about", ["mean", "origin"])
