@@ -65,6 +65,7 @@ from .algorithms.pooled import TrimmedPooledEM, trimmed_loglik
 from .clients import as_clients
 from .engine import best_of_starts, drive, side_by_side, single_pass
 from .families import MixtureParams
+from .families._base import combine_by_label
 from .protocol import Broadcast
 from .robust import TRIM, best_few, client_seeds, first_best, trusted_sizes
 
@@ -111,15 +112,13 @@ def clustered_start(family, starts, sizes, n_components, random_state):
 
 def aligned_start(starts, sizes, random_state):
     """One start (a single client's row) from clients' own starts aligned into one labelling
-    (:func:`fedmm.alignment.align`), each label's means averaged by the rows they stand for: each client's
-    components go to different components of the start. k-FED's clustering (:func:`clustered_start`) pools
+    (:func:`align_params`), each label's means averaged by the rows they stand for (:func:`combine_by_label`):
+    each client's components go to different components of the start. k-FED's clustering (:func:`clustered_start`) pools
     components, not clients' labellings, so a few clients shifted alike farther than the components lie apart
     become a component of their own: three of ten shifted 4 on 5 features off a sparse support took every
     candidate and the fit in 4 of 10 seeds (an outside audit, ``docs/research/sparse.md``)."""
-    aligned = starts.permute(align(starts.theta, "consensus", random_state=random_state).perms)
-    N = sizes[:, None] * aligned.weights
-    theta = (N[..., None] * aligned.theta).sum(axis=0) / np.maximum(N.sum(axis=0), 1e-12)[:, None]
-    return MixtureParams((N.sum(axis=0) / N.sum())[None], theta[None], aligned.scale[:1])
+    aligned, _ = align_params(starts, "consensus", random_state)
+    return combine_by_label(aligned, sizes[:, None] * aligned.weights)
 
 
 def common_start(clients, n_components, random_state):

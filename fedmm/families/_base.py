@@ -68,6 +68,16 @@ def pool_stats(stats):
     return type(stats)(*(None if f is None else f.sum(axis=0, keepdims=True) for f in stats))
 
 
+def combine_by_label(starts, mass):
+    """Clients' starts (K', R, ...) in one labelling combined into one (a single client's row): component ``r`` the
+    average of every client's component ``r`` (its location and scale) weighted by ``mass`` (K', R), the rows it
+    stands for, the proportions the masses' shares."""
+    total = mass.sum(axis=0)
+    share = mass / np.maximum(total, _TINY)
+    return MixtureParams((total / total.sum())[None], np.einsum("kr,kr...->r...", share, starts.theta)[None],
+                         np.einsum("kr,kr...->r...", share, starts.scale)[None])
+
+
 def one_hot(labels, n_components):
     """Hard responsibilities (n, R) from labels (n,)."""
     resp = np.zeros((len(labels), n_components))

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..units import Units, scale_or_one, whitening
-from ._base import _TINY, Family, MixtureParams, one_hot
+from ._base import _TINY, Family, combine_by_label, one_hot
 
 NOISE_MODES = ("shared", "component")
 
@@ -221,9 +221,7 @@ class RegressionFamily(Family):
         component is the client's whole-data fit, up to noise), so clustering them would group clients, not
         components; matched by label, the clients' random partitions are one random partition of all rows,
         and the average is the pooled fit's start up to that noise."""
-        share = mass / mass.sum(axis=0)
-        return MixtureParams((mass.sum(axis=0) / mass.sum())[None], np.einsum("kr,krp->rp", share, starts.theta)[None],
-                             np.einsum("kr,krs->rs", share, starts.scale)[None])
+        return combine_by_label(starts, mass)
 
     def sample(self, theta, scale, labels, random_state, X=None):
         """``y = x^T theta_r + sigma_r e``, ``e ~ N(0, 1)``, for each row of the design ``X`` and its label ``r``."""
